@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks of peer PostgreSQL job queues (see README.md)."""

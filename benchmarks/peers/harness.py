@@ -1,0 +1,132 @@
+"""Scenario drivers shared by every peer script.
+
+A peer script supplies an `Adapter` (its documented public API behind five calls);
+this module turns it into the drain / publish / wake-up measurements. Every run
+starts on a freshly recreated database, so runs do not inherit bloat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from benchmarks.peers.common import Countdown, now, percentile, record
+
+BATCH = 1_000  # batch size for every batch enqueue
+
+
+class Adapter(Protocol):
+    async def open(self) -> None: ...  # recreate DB, install schema, connect
+    async def close(self) -> None: ...
+    async def enqueue_one(self, i: int) -> None: ...
+    async def enqueue_many(self, start: int, count: int) -> None: ...
+    async def start_worker(self, on_job: Callable[[], None], sleep_s: float) -> None: ...
+    async def stop_worker(self) -> None: ...
+    async def remaining(self) -> int: ...  # jobs not yet completed, for a sanity check
+
+
+Factory = Callable[[], Adapter]
+
+
+async def enqueue_all(a: Adapter, n: int) -> None:
+    for start in range(0, n, BATCH):
+        await a.enqueue_many(start, min(BATCH, n - start))
+
+
+async def drain_once(make: Factory, n: int, sleep_s: float, timeout: float) -> float:
+    """Pre-enqueue n jobs, start one worker, time until the handler has finished n."""
+    a = make()
+    await a.open()
+    try:
+        await enqueue_all(a, n)
+        countdown = Countdown(n)
+        t0 = now()
+        await a.start_worker(countdown.hit, sleep_s)
+        reached = await countdown.wait(timeout)
+        elapsed = (countdown.done_at or now()) - t0
+        await a.stop_worker()
+        left = await a.remaining()
+    finally:
+        await a.close()
+    rate = countdown.count / elapsed
+    print(f"  drain n={n} sleep={sleep_s}: {rate:,.0f}/s handled={countdown.count}"
+          f" left_in_db={left}{'' if reached else ' TIMEOUT'}", flush=True)
+    return rate
+
+
+async def publish_once(make: Factory, n: int, batch: bool) -> float:
+    """Publish n jobs, one enqueue call per job or in batches of BATCH."""
+    a = make()
+    await a.open()
+    try:
+        t0 = now()
+        if batch:
+            await enqueue_all(a, n)
+        else:
+            for i in range(n):
+                await a.enqueue_one(i)
+        rate = n / (now() - t0)
+    finally:
+        await a.close()
+    print(f"  publish n={n} batch={batch}: {rate:,.0f}/s", flush=True)
+    return rate
+
+
+async def wakeup_samples(make: Factory, samples: int, warmup: int = 5) -> list[float]:
+    """Idle worker; enqueue one job at a time; ms from enqueue-commit to handler start."""
+    a = make()
+    await a.open()
+    seen: list[float] = []
+    event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_job() -> None:  # may run on a peer's own thread: hand the wake-up to our loop
+        seen.append(now())
+        loop.call_soon_threadsafe(event.set)
+
+    rng = random.Random(42)
+    out: list[float] = []
+    try:
+        await a.start_worker(on_job, 0.0)
+        await asyncio.sleep(1.0)  # let the worker reach its idle wait
+        for k in range(samples + warmup):
+            await asyncio.sleep(rng.uniform(0.02, 0.08))  # idle gap, de-phased from polls
+            event.clear()
+            await a.enqueue_one(k)
+            committed = now()
+            await asyncio.wait_for(event.wait(), 10.0)
+            if k >= warmup:
+                out.append((seen[-1] - committed) * 1000)
+        await a.stop_worker()
+    finally:
+        await a.close()
+    return out
+
+
+async def run_all(
+    system: str,
+    args: Any,
+    drain_settings: dict[str, Factory],
+    default: Factory,
+) -> list[dict[str, Any]]:
+    """Run the selected scenarios; `drain_settings` maps a setting label to a factory."""
+    recs: list[dict[str, Any]] = []
+    if "drain" in args.parts:
+        for label, make in drain_settings.items():
+            for scenario, sleep_s in (("drain_noop", 0.0), ("drain_1ms", 0.001)):
+                runs = [await drain_once(make, args.n, sleep_s, args.timeout)
+                        for _ in range(args.runs)]
+                recs.append(record(system, scenario, label, runs, n=args.n))
+    if "publish" in args.parts:
+        for scenario, n, batch in (("publish_single", args.single_n, False),
+                                   ("publish_batch", args.n, True)):
+            runs = [await publish_once(default, n, batch) for _ in range(args.runs)]
+            setting = f"batch={BATCH}" if batch else "one enqueue call per job"
+            recs.append(record(system, scenario, setting, runs, n=n))
+    if "wakeup" in args.parts:
+        lat = await wakeup_samples(default, args.samples)
+        recs.append(record(system, "wakeup_idle", "default", [percentile(lat, 50)],
+                           n=args.samples, unit="ms", samples=lat))
+    return recs

@@ -1,0 +1,423 @@
+"""PostgreSQL backend on asyncpg: SKIP LOCKED claims and LISTEN/NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import anyio
+import asyncpg
+import orjson
+
+from .. import migrate as migrations
+from ..errors import (
+    BackendError,
+    BackendUnavailable,
+    EventBusError,
+    NotFound,
+    PublishError,
+    RegistrationError,
+    SchemaNotMigrated,
+)
+from ..sql import load_queries, quote_schema, validate_schema
+from .base import (
+    AttemptRecord,
+    ClaimedDelivery,
+    Completion,
+    DeadLetterFilter,
+    DeliveryDetail,
+    DeliveryId,
+    EventId,
+    Failure,
+    OutgoingEvent,
+    PublishResult,
+    StatusReport,
+    SubscriptionSpec,
+)
+from .listener import PostgresListener
+
+__all__ = ["PostgresBackend"]
+
+log = logging.getLogger("eventbus.postgres")
+
+_UNAVAILABLE = (
+    OSError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+)
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map driver errors to eventbus errors, keeping the cause."""
+    try:
+        yield
+    except EventBusError:
+        raise
+    except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
+        raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+    except _UNAVAILABLE as exc:
+        raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+    except asyncpg.PostgresError as exc:
+        raise BackendError(f"PostgreSQL refused the operation: {exc}") from exc
+    except TimeoutError as exc:
+        raise BackendUnavailable(f"PostgreSQL did not answer in time: {exc}") from exc
+
+
+def _columns(events: Sequence[OutgoingEvent]) -> tuple[list[Any], ...]:
+    return (
+        [e.event_type for e in events],
+        [e.key for e in events],
+        [e.payload for e in events],
+        [orjson.dumps(e.headers).decode() if e.headers else "{}" for e in events],
+        [e.delay_seconds for e in events],
+        [e.correlation_id for e in events],
+        [e.causation_id for e in events],
+        [e.ordering_key for e in events],
+    )
+
+
+def _headers(text: str | None) -> dict[str, str]:
+    if not text or text == "{}":
+        return {}
+    value = orjson.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
+    return DeliveryDetail(
+        id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
+        subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
+        attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
+        headers=_headers(row["headers"]), correlation_id=row["correlation_id"],
+        causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
+        run_at=row["run_at"], updated_at=row["updated_at"], created_at=row["created_at"],
+        history=history,
+    )
+
+
+class PostgresBackend:
+    """Stores the bus in one PostgreSQL schema."""
+
+    kind = "postgres"
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str = "eventbus",
+        *,
+        min_pool_size: int = 1,
+        max_pool_size: int = 10,
+        command_timeout: float = 60.0,
+    ) -> None:
+        self.dsn = dsn
+        self.schema = validate_schema(schema)
+        self.notify_channel = f"eventbus_{self.schema}"
+        self.q = load_queries("postgres.sql", self.schema)
+        self._pool_args = {
+            "min_size": min_pool_size, "max_size": max_pool_size,
+            "command_timeout": command_timeout,
+        }
+        self._pool: asyncpg.Pool | None = None
+        self.listener = PostgresListener(dsn, self.notify_channel)
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is None:
+            with translate_errors():
+                self._pool = await asyncpg.create_pool(self.dsn, **self._pool_args)
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            with anyio.move_on_after(10):
+                await pool.close()
+            pool.terminate()
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
+        await self.open()
+        assert self._pool is not None
+        with translate_errors():
+            async with self._pool.acquire() as conn:
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[asyncpg.Connection]:
+        async with self._conn() as conn, conn.transaction():
+            yield conn
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations under an advisory lock; return the names applied."""
+        applied_now: list[str] = []
+        async with self._conn() as conn:
+            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", self.notify_channel)
+            try:
+                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_schema(self.schema)}")
+                await conn.execute(self.q["migrations_table"])
+                rows = await conn.fetch(self.q["migrations_applied"])
+                applied = {r["version"]: r["checksum"] for r in rows}
+                for m in migrations.pending(migrations.discover("postgres"), applied):
+                    async with conn.transaction():
+                        await conn.execute(m.sql.replace("{schema}", quote_schema(self.schema)))
+                        await conn.execute(self.q["migration_record"], m.version, m.name, m.checksum)
+                    applied_now.append(m.name)
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", self.notify_channel)
+        return applied_now
+
+    # -- publish ---------------------------------------------------------
+
+    async def publish(
+        self, events: Sequence[OutgoingEvent], connection: Any = None
+    ) -> list[PublishResult]:
+        if not events:
+            return []
+        if connection is not None:
+            with translate_errors():
+                return await self._publish_on(connection, events)
+        async with self._conn() as conn:
+            return await self._publish_on(conn, events)
+
+    async def _publish_on(
+        self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
+    ) -> list[PublishResult]:
+        rows = await conn.fetch(self.q["publish"], *_columns(events), self.notify_channel)
+        keyed = {(r["event_type"], r["key"]): r["id"] for r in rows if r["key"] is not None}
+        keyless = iter([r["id"] for r in rows if r["key"] is None])
+        missing = [e for e in events if e.key is not None and (e.event_type, e.key) not in keyed]
+        known: dict[tuple[str, str], int] = {}
+        if missing:
+            found = await conn.fetch(
+                self.q["existing_ids"], [e.event_type for e in missing], [e.key for e in missing]
+            )
+            known = {(r["event_type"], r["key"]): r["id"] for r in found}
+        return [self._result(e, keyed, keyless, known) for e in events]
+
+    @staticmethod
+    def _result(
+        event: OutgoingEvent,
+        keyed: dict[tuple[str, str], int],
+        keyless: Iterator[int],
+        known: dict[tuple[str, str], int],
+    ) -> PublishResult:
+        if event.key is None:
+            return PublishResult(EventId(next(keyless)), duplicate=False)
+        inserted = keyed.pop((event.event_type, event.key), None)
+        if inserted is not None:
+            return PublishResult(EventId(inserted), duplicate=False)
+        existing = known.get((event.event_type, event.key))
+        if existing is None:
+            raise PublishError(
+                f"event {event.event_type}/{event.key} conflicted with a row this "
+                "transaction cannot see (a concurrent delete, or REPEATABLE READ)"
+            )
+        return PublishResult(EventId(existing), duplicate=True)
+
+    # -- subscriptions ---------------------------------------------------
+
+    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
+        ids: dict[str, int] = {}
+        async with self._tx() as conn:
+            for spec in specs:
+                row = await conn.fetchrow(
+                    self.q["register"], spec.name, spec.event_type, spec.max_attempts,
+                    spec.lease_seconds, spec.ordered,
+                )
+                if row is None:
+                    raise RegistrationError(
+                        f"subscription {spec.name!r} is already bound to another event type; "
+                        "pick a new name for a new event type"
+                    )
+                ids[spec.name] = row["id"]
+                if row["created"] and spec.start_from == "earliest":
+                    await conn.execute(
+                        self.q["backfill"], row["id"], spec.event_type, spec.ordered
+                    )
+        return ids
+
+    async def backfill(self, subscription_id: int, spec: SubscriptionSpec) -> None:
+        """Add deliveries for events a concurrent publisher committed after registration."""
+        async with self._conn() as conn:
+            await conn.execute(self.q["backfill"], subscription_id, spec.event_type, spec.ordered)
+
+    # -- the delivery state machine -------------------------------------
+
+    async def claim(
+        self,
+        subscription_id: int,
+        limit: int,
+        lease_seconds: float,
+        worker_id: str,
+        ordered: bool = False,
+    ) -> list[ClaimedDelivery]:
+        token = uuid.uuid4()
+        query = self.q["claim_ordered" if ordered else "claim"]
+        async with self._conn() as conn:
+            try:
+                rows = await conn.fetch(
+                    query, subscription_id, limit, lease_seconds, token, uuid.UUID(worker_id)
+                )
+            except asyncpg.exceptions.UniqueViolationError:
+                # Another worker took the same ordering key at the same moment.
+                return []
+        text_token = str(token)
+        return [
+            ClaimedDelivery(
+                id=r[0], event_id=r[1], subscription_id=subscription_id, attempts=r[2],
+                lease_token=text_token, event_type=r[3], payload=r[4], headers=_headers(r[5]),
+                key=r[6], correlation_id=r[7], ordering_key=r[8], created_at=r[9],
+            )
+            for r in rows
+        ]
+
+    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
+        """Mark completed and insert follow-ups, in one transaction, for owned rows only."""
+        if not completions:
+            return set()
+        async with self._tx() as conn:
+            rows = await conn.fetch(
+                self.q["complete"],
+                [c.delivery_id for c in completions],
+                [c.lease_token for c in completions],
+            )
+            done = {DeliveryId(r[0]) for r in rows}
+            follow_ups = [e for c in completions if c.delivery_id in done for e in c.follow_ups]
+            if follow_ups:
+                await self._publish_on(conn, follow_ups)
+        return done
+
+    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]:
+        if not failures:
+            return set()
+        f = failures
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                self.q["fail"], [x.delivery_id for x in f], [x.lease_token for x in f],
+                [x.dead for x in f], [x.retry_delay_seconds for x in f],
+                [x.error_type for x in f], [x.message for x in f], [x.traceback for x in f],
+                [x.duration_seconds for x in f], [x.worker_id for x in f],
+            )
+        return {DeliveryId(r[0]) for r in rows}
+
+    async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
+        if not ids:
+            return 0
+        async with self._conn() as conn:
+            result = await conn.execute(self.q["release"], list(ids), lease_token)
+        return int(result.split()[-1])
+
+    async def extend(
+        self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
+    ) -> set[DeliveryId]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(self.q["extend"], list(ids), lease_token, lease_seconds)
+        return {DeliveryId(r[0]) for r in rows}
+
+    async def recover_expired(self, limit: int = 1000) -> int:
+        async with self._conn() as conn:
+            rows = await conn.fetch(self.q["recover_expired"], limit)
+        return len(rows)
+
+    async def next_run_in(self, subscription_id: int) -> float | None:
+        async with self._conn() as conn:
+            value = await conn.fetchval(self.q["next_run_in"], subscription_id)
+        return None if value is None else float(value)
+
+    # -- wake-ups --------------------------------------------------------
+
+    async def run_listener(self) -> None:
+        await self.listener.run()
+
+    async def wait_for_events(self, timeout: float) -> set[str]:
+        return await self.listener.wait(timeout)
+
+    def wake_local(self, event_types: set[str]) -> None:
+        """Wake this process's worker without a round trip to the database."""
+        self.listener.push(event_types)
+
+    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
+        async with self._conn() as conn:
+            if gone:
+                await conn.execute(self.q["worker_gone"], uuid.UUID(worker_id))
+                return
+            await conn.execute(
+                self.q["worker_beat"], uuid.UUID(worker_id), socket.gethostname(), os.getpid(),
+                self.listener.healthy, self.listener.reconnects,
+            )
+
+    # -- operations ------------------------------------------------------
+
+    async def status(self) -> StatusReport:
+        async with self._conn() as conn:
+            rows = await conn.fetch(self.q["status"])
+            oldest = await conn.fetchval(self.q["status_oldest_pending"])
+            events = await conn.fetchval(self.q["status_events"])
+            workers = await conn.fetch(self.q["status_workers"])
+        return StatusReport(
+            rows=[dict(r) for r in rows], oldest_pending_seconds=oldest, events=events,
+            workers=[dict(w) for w in workers],
+        )
+
+    async def show(self, delivery_id: int) -> DeliveryDetail:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(self.q["detail"], delivery_id)
+            if row is None:
+                raise NotFound(f"no delivery {delivery_id}")
+            history = await conn.fetch(self.q["history"], delivery_id)
+        return _detail(row, [AttemptRecord(**dict(h)) for h in history])
+
+    async def list_dead(
+        self, flt: DeadLetterFilter, limit: int = 100, after_id: int = 0
+    ) -> list[DeliveryDetail]:
+        ids = list(flt.ids) if flt.ids is not None else None
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                self.q["list_dead"], ids, flt.subscription, flt.event_type, flt.since,
+                after_id, limit,
+            )
+        return [_detail(r) for r in rows]
+
+    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        return await self._each_dead_batch(flt, batch_size, self._replay_batch)
+
+    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        return await self._each_dead_batch(flt, batch_size, self._purge_batch)
+
+    async def _each_dead_batch(self, flt: DeadLetterFilter, batch_size: int, apply: Any) -> int:
+        """Walk the matching dead rows by id, one short transaction per batch."""
+        total, after = 0, 0
+        while True:
+            batch = await self.list_dead(flt, limit=batch_size, after_id=after)
+            if not batch:
+                return total
+            total += await apply([d.id for d in batch])
+            after = batch[-1].id
+
+    async def _replay_batch(self, ids: list[int]) -> int:
+        async with self._tx() as conn:
+            rows = await conn.fetch(self.q["replay"], ids)
+            subs = sorted({r[0] for r in rows})
+            if subs:
+                await conn.execute(self.q["notify_subscriptions"], self.notify_channel, subs)
+        return len(rows)
+
+    async def _purge_batch(self, ids: list[int]) -> int:
+        async with self._conn() as conn:
+            return int(await conn.fetchval(self.q["purge"], ids))
+
+    async def cancel(self, ids: Sequence[int]) -> int:
+        async with self._conn() as conn:
+            rows = await conn.fetch(self.q["cancel"], list(ids))
+        return len(rows)

@@ -1,0 +1,279 @@
+-- Queries of the PostgreSQL backend. {schema} is the validated, quoted schema.
+-- Every status change is one statement guarded by the expected status and,
+-- after a claim, by the lease token.
+
+-- name: publish
+-- One round trip for any number of events: insert the events (skipping
+-- duplicate keys), fan out one delivery per subscription of each type, and
+-- NOTIFY once per event type (PostgreSQL folds identical notifications of one
+-- transaction into one).
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
+                         $6::bigint[], $7::bigint[], $8::text[])
+        WITH ORDINALITY AS t(event_type, key, payload, headers, delay_seconds,
+                             correlation_id, causation_id, ordering_key, ord)
+), ins AS (
+    INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
+                                 causation_id, ordering_key, deliver_at)
+    SELECT event_type, key, payload, headers::jsonb, correlation_id, causation_id, ordering_key,
+           now() + delay_seconds * interval '1 second'
+    FROM input ORDER BY ord
+    ON CONFLICT (event_type, key) DO NOTHING
+    RETURNING id, event_type, key, ordering_key, deliver_at
+), fanout AS (
+    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
+    SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at
+    FROM ins JOIN {schema}.subscriptions s ON s.event_type = ins.event_type
+), notified AS (
+    SELECT pg_notify($9, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
+)
+SELECT ins.id, ins.event_type, ins.key, (SELECT count(*) FROM notified) AS notified FROM ins;
+
+-- name: existing_ids
+-- Ids of events whose keys were taken by an earlier publish.
+SELECT e.id, e.event_type, e.key
+FROM {schema}.events e
+JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
+  ON e.event_type = t.event_type AND e.key = t.key;
+
+-- name: register
+-- Upsert by name; a name already bound to another event type returns no row.
+INSERT INTO {schema}.subscriptions (name, event_type, max_attempts, lease_seconds, ordered)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (name) DO UPDATE
+    SET max_attempts = EXCLUDED.max_attempts, lease_seconds = EXCLUDED.lease_seconds,
+        ordered = EXCLUDED.ordered, last_seen_at = now()
+    WHERE {schema}.subscriptions.event_type = EXCLUDED.event_type
+RETURNING id, (xmax = 0) AS created;
+
+-- name: backfill
+-- A new subscription reads the retained log from the start.
+INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
+SELECT e.id, $1, CASE WHEN $3 THEN e.ordering_key END, e.deliver_at
+FROM {schema}.events e WHERE e.event_type = $2
+ON CONFLICT (event_id, subscription_id) DO NOTHING;
+
+-- name: claim
+-- Lock up to $2 runnable rows with SKIP LOCKED (served by deliveries_pending),
+-- take them under a lease and a fresh token, and return them with their payload.
+WITH picked AS (
+    SELECT id FROM {schema}.deliveries
+    WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
+    ORDER BY run_at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.deliveries d
+SET status = 'processing', attempts = d.attempts + 1,
+    lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
+    updated_at = now()
+FROM picked, {schema}.events e
+WHERE d.id = picked.id AND e.id = d.event_id
+RETURNING d.id, d.event_id, d.attempts, e.event_type, e.payload, e.headers::text, e.key,
+          e.correlation_id, d.ordering_key, e.created_at;
+
+-- name: claim_ordered
+-- As claim, for subscriptions that serialise per key: skip keys already being
+-- processed and take one row per key. deliveries_one_per_key enforces the
+-- rule when two workers race; the loser's statement fails and it retries.
+WITH candidates AS (
+    SELECT d.id, d.ordering_key, d.run_at FROM {schema}.deliveries d
+    WHERE d.subscription_id = $1 AND d.status = 'pending' AND d.run_at <= now()
+      AND (d.ordering_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM {schema}.deliveries p
+            WHERE p.subscription_id = $1 AND p.ordering_key = d.ordering_key
+              AND p.status = 'processing'))
+    ORDER BY d.run_at, d.id
+    LIMIT $2 * 4
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT id FROM (
+        SELECT id, ordering_key, run_at,
+               row_number() OVER (PARTITION BY ordering_key ORDER BY run_at, id) AS rank
+        FROM candidates) ranked
+    WHERE ordering_key IS NULL OR rank = 1
+    ORDER BY run_at, id
+    LIMIT $2
+)
+UPDATE {schema}.deliveries d
+SET status = 'processing', attempts = d.attempts + 1,
+    lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
+    updated_at = now()
+FROM picked, {schema}.events e
+WHERE d.id = picked.id AND e.id = d.event_id
+RETURNING d.id, d.event_id, d.attempts, e.event_type, e.payload, e.headers::text, e.key,
+          e.correlation_id, d.ordering_key, e.created_at;
+
+-- name: complete
+UPDATE {schema}.deliveries d
+SET status = 'completed', lease_until = NULL, lease_token = NULL, updated_at = now()
+FROM unnest($1::bigint[], $2::uuid[]) AS t(id, token)
+WHERE d.id = t.id AND d.status = 'processing' AND d.lease_token = t.token
+RETURNING d.id;
+
+-- name: fail
+-- Retry (pending at now() + delay) or dead, and append the attempt to history.
+WITH t AS (
+    SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bool[], $4::float8[], $5::text[],
+                         $6::text[], $7::text[], $8::float8[], $9::uuid[])
+        AS t(id, token, dead, delay_seconds, error_type, message, traceback,
+             duration_seconds, worker_id)
+), failed AS (
+    UPDATE {schema}.deliveries d
+    SET status = CASE WHEN t.dead THEN 'dead' ELSE 'pending' END,
+        run_at = CASE WHEN t.dead THEN d.run_at
+                      ELSE now() + t.delay_seconds * interval '1 second' END,
+        last_error = t.error_type || ': ' || t.message,
+        lease_until = NULL, lease_token = NULL, updated_at = now()
+    FROM t
+    WHERE d.id = t.id AND d.status = 'processing' AND d.lease_token = t.token
+    RETURNING d.id, d.attempts
+)
+INSERT INTO {schema}.delivery_attempts
+    (delivery_id, attempt, error_type, message, traceback, duration_seconds, worker_id)
+SELECT failed.id, failed.attempts, t.error_type, t.message, t.traceback,
+       t.duration_seconds, t.worker_id
+FROM failed JOIN t ON t.id = failed.id
+RETURNING delivery_id;
+
+-- name: release
+-- Hand back deliveries this worker claimed but will not finish, without
+-- counting the attempt.
+UPDATE {schema}.deliveries
+SET status = 'pending', attempts = attempts - 1, lease_until = NULL, lease_token = NULL,
+    run_at = now(), updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2;
+
+-- name: extend
+UPDATE {schema}.deliveries
+SET lease_until = now() + $3 * interval '1 second'
+WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
+RETURNING id;
+
+-- name: recover_expired
+-- Deliveries whose worker stopped renewing the lease: the attempt counts; they
+-- go back to pending, or dead when out of attempts.
+WITH expired AS (
+    SELECT id FROM {schema}.deliveries
+    WHERE status = 'processing' AND lease_until < now()
+    ORDER BY lease_until
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+), recovered AS (
+    UPDATE {schema}.deliveries d
+    SET status = CASE WHEN d.attempts >= s.max_attempts THEN 'dead' ELSE 'pending' END,
+        run_at = now(), last_error = 'LeaseExpired: the worker stopped renewing its lease',
+        lease_until = NULL, lease_token = NULL, updated_at = now()
+    FROM expired, {schema}.subscriptions s
+    WHERE d.id = expired.id AND s.id = d.subscription_id
+      AND d.status = 'processing' AND d.lease_until < now()
+    RETURNING d.id, d.attempts, d.worker_id
+)
+INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, error_type, message, worker_id)
+SELECT id, attempts, 'LeaseExpired', 'the worker stopped renewing its lease', worker_id
+FROM recovered
+RETURNING delivery_id;
+
+-- name: next_run_in
+SELECT extract(epoch FROM min(run_at) - now())::float8
+FROM {schema}.deliveries WHERE subscription_id = $1 AND status = 'pending';
+
+-- name: status
+SELECT e.event_type, s.name AS subscription, d.status, count(*) AS count
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+
+-- name: status_oldest_pending
+SELECT extract(epoch FROM now() - min(run_at))::float8
+FROM {schema}.deliveries WHERE status = 'pending' AND run_at <= now();
+
+-- name: status_events
+SELECT count(*) FROM {schema}.events;
+
+-- name: status_workers
+SELECT id::text, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS silent_seconds
+FROM {schema}.workers ORDER BY started_at;
+
+-- name: worker_beat
+INSERT INTO {schema}.workers (id, hostname, pid, listener_ok, listener_reconnects)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), listener_ok = EXCLUDED.listener_ok,
+    listener_reconnects = EXCLUDED.listener_reconnects;
+
+-- name: worker_gone
+DELETE FROM {schema}.workers WHERE id = $1 OR heartbeat_at < now() - interval '1 day';
+
+-- name: detail
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.id = $1;
+
+-- name: history
+SELECT attempt, error_type, message, traceback, coalesce(duration_seconds, 0) AS duration_seconds,
+       worker_id::text, failed_at
+FROM {schema}.delivery_attempts WHERE delivery_id = $1 ORDER BY id;
+
+-- name: list_dead
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND ($1::bigint[] IS NULL OR d.id = ANY($1))
+  AND ($2::text IS NULL OR s.name = $2)
+  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($4::timestamptz IS NULL OR d.updated_at >= $4)
+  AND d.id > $5
+ORDER BY d.id
+LIMIT $6;
+
+-- name: replay
+-- Guarded dead -> pending, attempts reset, replay count and time kept.
+UPDATE {schema}.deliveries d
+SET status = 'pending', attempts = 0, run_at = now(), replays = d.replays + 1,
+    replayed_at = now(), lease_until = NULL, lease_token = NULL, updated_at = now()
+WHERE d.id = ANY($1::bigint[]) AND d.status = 'dead'
+RETURNING d.subscription_id;
+
+-- name: purge
+WITH gone AS (
+    DELETE FROM {schema}.deliveries WHERE id = ANY($1::bigint[]) AND status = 'dead'
+    RETURNING id
+), history AS (
+    DELETE FROM {schema}.delivery_attempts a USING gone WHERE a.delivery_id = gone.id
+)
+SELECT count(*) FROM gone;
+
+-- name: cancel
+UPDATE {schema}.deliveries SET status = 'cancelled', updated_at = now()
+WHERE id = ANY($1::bigint[]) AND status = 'pending'
+RETURNING id;
+
+-- name: notify_probe
+SELECT pg_notify($1, $2);
+
+-- name: notify_subscriptions
+SELECT pg_notify($1, event_type) FROM {schema}.subscriptions WHERE id = ANY($2::int[]);
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text        NOT NULL,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: migrations_applied
+SELECT version, checksum FROM {schema}.schema_migrations;
+
+-- name: migration_record
+INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);

@@ -1,0 +1,222 @@
+"""The bus: publish typed events, declare subscriptions, reach the backend."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from .backends.base import (
+    Backend,
+    DeadLetterFilter,
+    DeliveryDetail,
+    OutgoingEvent,
+    PublishResult,
+    StatusReport,
+    SubscriptionSpec,
+)
+from .errors import ConfigurationError, PayloadTooLarge
+from .event import Event, encode_event, event_type_of
+from .router import Router
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = ["DEFAULT_DSN", "Bus", "Envelope", "backend_from_dsn"]
+
+DEFAULT_DSN = "sqlite:///eventbus.db"
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """An event with its publish options, for :meth:`Bus.publish_many`."""
+
+    event: Event
+    key: str | None = None
+    delay: float | timedelta | None = None
+    headers: dict[str, str] | None = None
+    ordering_key: str | None = None
+
+
+def backend_from_dsn(dsn: str, schema: str | None = None, **options: Any) -> Backend:
+    """Build the backend a DSN names: ``postgresql://…`` or ``sqlite:///path``."""
+    if dsn.startswith(("postgresql://", "postgres://")):
+        from .backends.postgres import PostgresBackend
+
+        return PostgresBackend(dsn, schema or "eventbus", **options)
+    if dsn.startswith("sqlite://"):
+        from .backends.sqlite import SQLiteBackend
+
+        return SQLiteBackend(dsn, **options)
+    raise ConfigurationError(
+        f"unsupported DSN {dsn.split(':', 1)[0]!r}: use postgresql://… or sqlite:///path"
+    )
+
+
+def _seconds(delay: float | timedelta | None) -> float:
+    if delay is None:
+        return 0.0
+    value = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+    if value < 0:
+        raise ConfigurationError("delay cannot be negative")
+    return value
+
+
+class Bus(Router):
+    """A durable event bus.
+
+    :param dsn: ``postgresql://…`` for production, ``sqlite:///path`` for the
+        embedded backend. Defaults to ``$EVENTBUS_DSN``, then ``./eventbus.db``.
+    :param schema: PostgreSQL schema of the tables (``$EVENTBUS_SCHEMA``, then ``eventbus``).
+    :param max_payload_bytes: publishes above this encoded size raise :class:`PayloadTooLarge`.
+    """
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        backend: Backend | None = None,
+        **backend_options: Any,
+    ) -> None:
+        super().__init__()
+        self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
+        self.max_payload_bytes = max_payload_bytes
+        self.backend: Backend = backend or backend_from_dsn(
+            self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), **backend_options
+        )
+
+    async def __aenter__(self) -> Bus:
+        await self.backend.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations; return the names of the files applied."""
+        return await self.backend.migrate()
+
+    # -- publishing -------------------------------------------------------
+
+    def outgoing(
+        self,
+        event: Event,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        headers: dict[str, str] | None = None,
+        ordering_key: str | None = None,
+        correlation_id: int | None = None,
+        causation_id: int | None = None,
+    ) -> OutgoingEvent:
+        """Encode and check one event; raises a :class:`PublishError` subclass."""
+        payload = encode_event(event)
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"{event_type_of(type(event))} payload is {len(payload)} bytes, "
+                f"over the limit of {self.max_payload_bytes}"
+            )
+        return OutgoingEvent(
+            event_type=event_type_of(type(event)), payload=payload, key=key,
+            headers=headers or {}, delay_seconds=_seconds(delay),
+            correlation_id=correlation_id, causation_id=causation_id, ordering_key=ordering_key,
+        )
+
+    async def publish(
+        self,
+        event: Event,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        headers: dict[str, str] | None = None,
+        ordering_key: str | None = None,
+        connection: Any = None,
+    ) -> PublishResult:
+        """Append ``event`` to the log and fan it out to every subscription of its type.
+
+        With ``key``, a second publish of the same type and key inserts nothing
+        and returns the first event's id with ``duplicate=True``. With
+        ``connection`` (an asyncpg connection inside a transaction), the event
+        exists only if that transaction commits.
+        """
+        out = self.outgoing(event, key=key, delay=delay, headers=headers, ordering_key=ordering_key)
+        (result,) = await self.backend.publish([out], connection)
+        return result
+
+    async def publish_many(
+        self, events: Iterable[Event | Envelope], *, connection: Any = None
+    ) -> list[PublishResult]:
+        """Publish a batch in one round trip; results are in input order."""
+        batch = [
+            self.outgoing(e.event, key=e.key, delay=e.delay, headers=e.headers,
+                          ordering_key=e.ordering_key)
+            if isinstance(e, Envelope) else self.outgoing(e)
+            for e in events
+        ]
+        return await self.backend.publish(batch, connection)
+
+    async def publish_raw(
+        self, event_type: str, payload: bytes, *, key: str | None = None, delay: float = 0.0
+    ) -> PublishResult:
+        """Publish an already encoded JSON payload (used by the CLI)."""
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"payload is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
+            )
+        out = OutgoingEvent(event_type=event_type, payload=payload, key=key, delay_seconds=delay)
+        (result,) = await self.backend.publish([out])
+        return result
+
+    # -- subscriptions ------------------------------------------------------
+
+    def specs(self, names: Sequence[str] | None = None) -> list[SubscriptionSpec]:
+        subs = [s for s in self.subscriptions.values() if names is None or s.name in names]
+        return [
+            SubscriptionSpec(
+                name=s.name, event_type=s.event_type, max_attempts=s.retry.max_attempts,
+                lease_seconds=s.lease_seconds, ordered=s.ordered, start_from=s.start_from,
+            )
+            for s in subs
+        ]
+
+    def worker(self, **options: Any) -> Worker:
+        """Build a :class:`~eventbus.worker.Worker` for this bus's subscriptions."""
+        from .worker import Worker
+
+        return Worker(self, **options)
+
+    # -- operations ----------------------------------------------------------
+
+    async def status(self) -> StatusReport:
+        return await self.backend.status()
+
+    async def dead_letters(
+        self,
+        *,
+        subscription: str | None = None,
+        event_type: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[DeliveryDetail]:
+        flt = DeadLetterFilter(subscription=subscription, event_type=event_type, since=since)
+        return await self.backend.list_dead(flt, limit)
+
+    async def delivery(self, delivery_id: int) -> DeliveryDetail:
+        """One delivery with its payload, headers and every failed attempt."""
+        return await self.backend.show(delivery_id)
+
+    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        """Move matching dead deliveries back to pending; return how many moved."""
+        return await self.backend.replay(flt, batch_size)
+
+    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        """Delete matching dead deliveries and their history; return how many."""
+        return await self.backend.purge(flt, batch_size)

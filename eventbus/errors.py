@@ -1,0 +1,143 @@
+"""Exceptions raised by eventbus.
+
+Every error derives from one root::
+
+    EventBusError
+    ├── ConfigurationError        bad DSN, schema name or setting
+    ├── RegistrationError         a subscription cannot be registered
+    │   ├── DuplicateSubscription
+    │   └── HandlerSignatureError
+    ├── PublishError              an event cannot be published
+    │   ├── PayloadTooLarge
+    │   ├── UnknownEventType
+    │   └── EncodeError
+    ├── DecodeError               a stored payload does not match its type
+    ├── BackendError              the database refused or went away
+    │   └── BackendUnavailable
+    ├── MigrationError
+    │   ├── MigrationChecksumMismatch
+    │   └── SchemaNotMigrated
+    ├── NotFound                  no such delivery or event
+    ├── HandlerTimeout            a handler ran past its timeout
+    └── HandlerSignal             raised by handlers to steer their delivery
+        ├── Retry
+        └── DeadLetter
+
+Each class's docstring is its default message.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendUnavailable",
+    "ConfigurationError",
+    "DeadLetter",
+    "DecodeError",
+    "DuplicateSubscription",
+    "EncodeError",
+    "EventBusError",
+    "HandlerSignal",
+    "HandlerTimeout",
+    "HandlerSignatureError",
+    "MigrationChecksumMismatch",
+    "MigrationError",
+    "NotFound",
+    "PayloadTooLarge",
+    "PublishError",
+    "RegistrationError",
+    "Retry",
+    "SchemaNotMigrated",
+    "UnknownEventType",
+]
+
+
+class EventBusError(Exception):
+    """An eventbus error occurred."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigurationError(EventBusError):
+    """The bus is misconfigured."""
+
+
+class RegistrationError(EventBusError):
+    """A subscription cannot be registered."""
+
+
+class DuplicateSubscription(RegistrationError):
+    """A subscription with this name is already registered."""
+
+
+class HandlerSignatureError(RegistrationError):
+    """The handler's signature does not match its event type."""
+
+
+class PublishError(EventBusError):
+    """The event cannot be published."""
+
+
+class PayloadTooLarge(PublishError):
+    """The encoded payload exceeds the configured size limit."""
+
+
+class UnknownEventType(PublishError):
+    """No event class is known for this event type."""
+
+
+class EncodeError(PublishError):
+    """The event cannot be encoded."""
+
+
+class DecodeError(EventBusError):
+    """The stored payload does not decode to its event type."""
+
+
+class BackendError(EventBusError):
+    """The database refused the operation."""
+
+
+class BackendUnavailable(BackendError):
+    """The database cannot be reached."""
+
+
+class MigrationError(EventBusError):
+    """Migrations cannot be applied."""
+
+
+class MigrationChecksumMismatch(MigrationError):
+    """An applied migration file has been edited since it was applied."""
+
+
+class SchemaNotMigrated(MigrationError):
+    """The database schema is missing or out of date: run `eventbus migrate`."""
+
+
+class NotFound(EventBusError):
+    """No such delivery or event."""
+
+
+class HandlerTimeout(EventBusError):
+    """The handler ran past its timeout and was cancelled."""
+
+
+class HandlerSignal(EventBusError):
+    """Raised by a handler to steer what happens to its delivery."""
+
+
+class Retry(HandlerSignal):
+    """The handler asked for the delivery to be retried later."""
+
+    def __init__(self, delay: float | None = None, reason: str | None = None) -> None:
+        super().__init__(reason or "retry requested by handler")
+        self.delay = delay
+
+
+class DeadLetter(HandlerSignal):
+    """The handler asked for the delivery to be dead-lettered."""

@@ -1,0 +1,53 @@
+"""Retry policy: capped exponential backoff with jitter (pure functions)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from .errors import ConfigurationError
+
+__all__ = ["RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how soon a failed delivery is tried again.
+
+    The delay before attempt ``n + 1`` is ``base_delay_seconds * 2 ** (n - 1)``,
+    capped at ``max_delay_seconds``, then spread by ``± jitter`` (a fraction) so
+    failures of many deliveries do not retry in lock-step. The delay is added to
+    the database clock, never the worker's.
+    """
+
+    max_attempts: int = 5
+    base_delay_seconds: float = 1.0
+    max_delay_seconds: float = 300.0
+    jitter: float = 0.2
+    non_retryable: tuple[type[BaseException], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigurationError("max_attempts must be at least 1")
+        if self.base_delay_seconds < 0 or self.max_delay_seconds < 0:
+            raise ConfigurationError("retry delays cannot be negative")
+        if not 0 <= self.jitter <= 1:
+            raise ConfigurationError("jitter is a fraction between 0 and 1")
+
+    def bounds(self, attempt: int) -> tuple[float, float]:
+        """The (lowest, highest) delay after failed attempt number ``attempt`` (1-based)."""
+        exponent = min(max(attempt - 1, 0), 62)
+        delay = min(self.max_delay_seconds, self.base_delay_seconds * 2.0**exponent)
+        return delay * (1 - self.jitter), min(self.max_delay_seconds, delay * (1 + self.jitter))
+
+    def delay_for(self, attempt: int) -> float:
+        """A delay within :meth:`bounds` for failed attempt number ``attempt``."""
+        low, high = self.bounds(attempt)
+        return random.uniform(low, high)
+
+    def exhausted(self, attempt: int) -> bool:
+        """Whether attempt number ``attempt`` was the last one allowed."""
+        return attempt >= self.max_attempts
+
+    def is_retryable(self, exc: BaseException) -> bool:
+        return not isinstance(exc, self.non_retryable)

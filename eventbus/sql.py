@@ -1,0 +1,48 @@
+"""Named SQL blocks, parsed once per backend.
+
+A ``.sql`` file holds blocks introduced by ``-- name: NAME`` lines. The schema
+placeholder ``{schema}`` is replaced by a validated, quoted identifier; nothing
+else is ever spliced into SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from .errors import ConfigurationError
+
+__all__ = ["load_queries", "quote_schema", "validate_schema"]
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+
+
+def validate_schema(schema: str) -> str:
+    """Return ``schema`` if it is a plain lower-case identifier, else raise."""
+    if not _SCHEMA_RE.match(schema):
+        raise ConfigurationError(
+            f"invalid schema name {schema!r}: use lower-case letters, digits and _ "
+            "(at most 63 characters, not starting with a digit)"
+        )
+    return schema
+
+
+def quote_schema(schema: str) -> str:
+    """Return the validated schema as a quoted SQL identifier."""
+    return '"' + validate_schema(schema) + '"'
+
+
+def render(sql: str, schema: str) -> str:
+    """Substitute the quoted schema into one SQL text."""
+    return sql.replace("{schema}", quote_schema(schema))
+
+
+def load_queries(filename: str, schema: str) -> dict[str, str]:
+    """Parse the named blocks of ``eventbus/backends/<filename>``."""
+    text = resources.files("eventbus.backends").joinpath(filename).read_text("utf-8")
+    parts = _NAME_RE.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        queries[name] = render(body.strip().rstrip(";"), schema)
+    return queries

@@ -1,0 +1,412 @@
+"""The worker: claim deliveries, run handlers, write results.
+
+One anyio task group per worker. The claim loop takes batches per
+subscription while there is capacity, handlers run outside any transaction
+under a :class:`anyio.CapacityLimiter`, and one flusher writes results in
+batches: completions (with their follow-up events) in one transaction, fenced
+by the lease token. Beside them run the LISTEN connection, the lease
+heartbeat and the recovery of expired leases.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .backends.base import ClaimedDelivery, Completion, DeliveryId, Failure
+from .backends.listener import SWEEP
+from .context import Context
+from .errors import BackendError, DeadLetter, DecodeError, HandlerTimeout, Retry
+from .event import Event, decode_event
+from .router import Subscription
+
+if TYPE_CHECKING:
+    from .bus import Bus
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("eventbus.worker")
+
+
+@dataclass
+class _Active:
+    """A subscription this worker serves, with its database id."""
+
+    sub: Subscription
+    id: int
+
+
+@dataclass
+class _InFlight:
+    token: str
+    lease_seconds: float
+    started: float
+
+
+class Worker:
+    """Runs the handlers of a bus's subscriptions.
+
+    :param concurrency: handlers running at once.
+    :param batch_size: deliveries claimed per round trip.
+    :param poll_interval_seconds: the slow poll that covers lost notifications.
+    :param burst: process until nothing is runnable, then return (drain mode).
+    :param grace_seconds: how long running handlers may finish after :meth:`stop`.
+    :param subscriptions: names to serve (default: all of the bus).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        concurrency: int = 50,
+        batch_size: int = 50,
+        poll_interval_seconds: float = 5.0,
+        burst: bool = False,
+        grace_seconds: float = 10.0,
+        subscriptions: Sequence[str] | None = None,
+        recovery_interval_seconds: float = 5.0,
+    ) -> None:
+        self.bus = bus
+        self.backend = bus.backend
+        self.concurrency = max(1, concurrency)
+        self.batch_size = max(1, batch_size)
+        self.poll_interval_seconds = poll_interval_seconds
+        self.burst = burst
+        self.grace_seconds = grace_seconds
+        self.recovery_interval_seconds = recovery_interval_seconds
+        self.names = list(subscriptions) if subscriptions else None
+        self.id = str(uuid.uuid4())
+        self.processed = 0
+        self._active: dict[int, _Active] = {}
+        self._by_type: dict[str, list[int]] = {}
+        self._in_flight: dict[DeliveryId, _InFlight] = {}
+        self._running = 0
+        self._completions: list[Completion] = []
+        self._failures: list[Failure] = []
+        self._flush_wanted = anyio.Event()
+        self._flushed = anyio.Event()
+        self._slot_freed = anyio.Event()
+        self._stopping = False
+        self._loop_scope: anyio.CancelScope | None = None
+        self._handler_scope: anyio.CancelScope | None = None
+        self._wake_at = math.inf
+
+    # -- control -----------------------------------------------------------
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop claiming; with ``now``, cancel running handlers too."""
+        self._stopping = True
+        if self._loop_scope is not None:
+            self._loop_scope.cancel()
+        if now:
+            self.grace_seconds = 0
+            if self._handler_scope is not None:
+                self._handler_scope.cancel()
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop` (or, in burst mode, until nothing is runnable)."""
+        await self._register()
+        async with anyio.create_task_group() as services:
+            if not self.burst:
+                services.start_soon(self._listen)
+                services.start_soon(self._housekeeping)
+            services.start_soon(self._flusher)
+            services.start_soon(self._heartbeat)
+            async with anyio.create_task_group() as handlers:
+                self._handler_scope = handlers.cancel_scope
+                with anyio.CancelScope() as self._loop_scope:
+                    if self._stopping:
+                        self._loop_scope.cancel()
+                    await self._claim_loop(handlers)
+                await self._wait_for_handlers(self.grace_seconds)
+                handlers.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._flush_until_empty()
+                if not self.burst:
+                    await self._beat(gone=True)
+            services.cancel_scope.cancel()
+
+    async def _register(self) -> None:
+        subs = [s for s in self.bus.subscriptions.values()
+                if self.names is None or s.name in self.names]
+        ids = await self.backend.register(self.bus.specs([s.name for s in subs]))
+        for sub in subs:
+            active = _Active(sub, ids[sub.name])
+            self._active[active.id] = active
+            self._by_type.setdefault(sub.event_type, []).append(active.id)
+
+    # -- claiming --------------------------------------------------------------
+
+    async def _claim_loop(self, handlers: TaskGroup) -> None:
+        dirty: set[int] | None = set(self._active)
+        failures = 0
+        while dirty is not None:
+            try:
+                dirty = await self._step(dirty, handlers)
+                failures = 0
+            except BackendError as exc:
+                failures += 1
+                log.warning("claiming failed (%s); retrying", exc)
+                await anyio.sleep(min(5.0, 0.05 * 2**failures))
+                dirty = set(self._active)
+
+    async def _step(self, dirty: set[int], handlers: TaskGroup) -> set[int] | None:
+        """One turn of the claim loop; None when a burst run is done."""
+        if dirty:
+            return await self._claim_round(dirty, handlers)
+        if not self.burst:
+            return await self._wait_for_work()
+        await self._settle()
+        await self.backend.recover_expired()
+        dirty = await self._claim_round(set(self._active), handlers)
+        if not dirty and self._running == 0 and not self._in_flight:
+            return None
+        return dirty
+
+    async def _claim_round(self, dirty: set[int], handlers: TaskGroup) -> set[int]:
+        """Claim one batch per subscription; return those that may have more."""
+        still: set[int] = set()
+        for sub_id in sorted(dirty):
+            free = await self._wait_for_capacity()
+            active = self._active[sub_id]
+            limit = min(self.batch_size, free)
+            batch = await self.backend.claim(
+                sub_id, limit, active.sub.lease_seconds, self.id, active.sub.ordered
+            )
+            self._start(active, batch, handlers)
+            if len(batch) == limit:
+                still.add(sub_id)
+            elif not self.burst:
+                await self._note_next_run(sub_id)
+        return still
+
+    async def _wait_for_capacity(self) -> int:
+        threshold = max(1, min(self.batch_size, self.concurrency) // 2)
+        while self.concurrency - self._running < threshold:
+            self._slot_freed = anyio.Event()
+            await self._slot_freed.wait()
+        return self.concurrency - self._running
+
+    async def _note_next_run(self, sub_id: int) -> None:
+        delay = await self.backend.next_run_in(sub_id)
+        if delay is not None:
+            self._wake_at = min(self._wake_at, time.monotonic() + max(delay, 0.0))
+
+    async def _wait_for_work(self) -> set[int]:
+        now = time.monotonic()
+        timeout = min(self.poll_interval_seconds, max(self._wake_at - now, 0.0))
+        woken = await self.backend.wait_for_events(timeout)
+        if not woken or SWEEP in woken or time.monotonic() >= self._wake_at:
+            self._wake_at = math.inf
+            return set(self._active)
+        return {sub_id for t in woken for sub_id in self._by_type.get(t, ())}
+
+    def _start(self, active: _Active, batch: list[ClaimedDelivery], handlers: TaskGroup) -> None:
+        now = time.monotonic()
+        for delivery in batch:
+            self._in_flight[delivery.id] = _InFlight(
+                delivery.lease_token, active.sub.lease_seconds, now
+            )
+            self._running += 1
+            handlers.start_soon(self._handle, active.sub, delivery)
+
+    # -- running one delivery ------------------------------------------------------
+
+    async def _handle(self, sub: Subscription, delivery: ClaimedDelivery) -> None:
+        started = time.monotonic()
+        try:
+            result = await self._invoke(sub, delivery, started)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._release(delivery)
+            raise
+        finally:
+            self._running -= 1
+            self._slot_freed.set()
+        if isinstance(result, Completion):
+            self._completions.append(result)
+        else:
+            self._failures.append(result)
+            if not result.dead:
+                wake_at = time.monotonic() + result.retry_delay_seconds
+                self._wake_at = min(self._wake_at, wake_at)
+        self._flush_wanted.set()
+
+    async def _invoke(
+        self, sub: Subscription, delivery: ClaimedDelivery, started: float
+    ) -> Completion | Failure:
+        try:
+            event = self._decode(sub, delivery)
+        except DecodeError as exc:
+            return self._failure(sub, delivery, exc, started, dead=True)
+        ctx = Context(delivery, sub.name, self.bus.outgoing)
+        try:
+            with anyio.move_on_after(sub.timeout_seconds or math.inf) as scope:
+                await sub.handler(event, ctx)
+        except Retry as exc:
+            return self._failure(sub, delivery, exc, started, delay=exc.delay)
+        except Exception as exc:
+            return self._failure(sub, delivery, exc, started)
+        if scope.cancelled_caught:
+            timeout = HandlerTimeout(f"handler ran past its timeout of {sub.timeout_seconds}s")
+            return self._failure(sub, delivery, timeout, started)
+        return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups))
+
+    def _decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
+        if delivery.event_type != sub.event_type:
+            raise DecodeError(
+                f"event type {delivery.event_type!r} is not {sub.event_type!r}, "
+                f"the type subscription {sub.name!r} handles"
+            )
+        if len(delivery.payload) > self.bus.max_payload_bytes:
+            raise DecodeError(
+                f"payload of {len(delivery.payload)} bytes is over the limit of "
+                f"{self.bus.max_payload_bytes}"
+            )
+        return decode_event(sub.event_class, delivery.payload)
+
+    def _failure(
+        self,
+        sub: Subscription,
+        delivery: ClaimedDelivery,
+        exc: BaseException,
+        started: float,
+        *,
+        dead: bool = False,
+        delay: float | None = None,
+    ) -> Failure:
+        policy = sub.retry
+        dead = (
+            dead or isinstance(exc, DeadLetter) or not policy.is_retryable(exc)
+            or policy.exhausted(delivery.attempts)
+        )
+        return Failure(
+            delivery_id=delivery.id, lease_token=delivery.lease_token, dead=dead,
+            retry_delay_seconds=0.0 if dead else (
+                delay if delay is not None else policy.delay_for(delivery.attempts)),
+            error_type=type(exc).__qualname__,
+            message=(str(exc) or repr(exc))[:4000],
+            traceback="".join(traceback.format_exception(exc))[-16000:],
+            duration_seconds=time.monotonic() - started,
+            worker_id=self.id,
+        )
+
+    async def _release(self, delivery: ClaimedDelivery) -> None:
+        """Hand a delivery back without counting the attempt (shutdown)."""
+        self._in_flight.pop(delivery.id, None)
+        try:
+            await self.backend.release([delivery.id], delivery.lease_token)
+        except BackendError as exc:
+            log.warning("could not release delivery %s (its lease will): %s", delivery.id, exc)
+
+    async def _wait_for_handlers(self, grace_seconds: float) -> None:
+        with anyio.move_on_after(grace_seconds):
+            while self._running:
+                self._slot_freed = anyio.Event()
+                await self._slot_freed.wait()
+
+    # -- writing results ------------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted = anyio.Event()
+            await self._flush_once()
+
+    async def _flush_once(self) -> bool:
+        """Write buffered results; return False when the database refused."""
+        ok = True
+        completions, self._completions = self._completions, []
+        if completions:
+            try:
+                done = await self.backend.complete(completions)
+            except BackendError as exc:
+                log.warning("could not write %d completions, retrying: %s", len(completions), exc)
+                self._completions[:0] = completions
+                ok = False
+            else:
+                self.processed += len(done)
+                self._settle_results([c.delivery_id for c in completions], done, "completion")
+        failures, self._failures = self._failures, []
+        if failures:
+            try:
+                failed = await self.backend.fail(failures)
+            except BackendError as exc:
+                log.warning("could not write %d failures, retrying: %s", len(failures), exc)
+                self._failures[:0] = failures
+                ok = False
+            else:
+                self._settle_results([f.delivery_id for f in failures], failed, "failure")
+        if not ok:
+            await anyio.sleep(0.5)
+            self._flush_wanted.set()
+        return ok
+
+    def _settle_results(self, ids: list[DeliveryId], accepted: set[DeliveryId], what: str) -> None:
+        for delivery_id in ids:
+            self._in_flight.pop(delivery_id, None)
+            if delivery_id not in accepted:
+                log.warning(
+                    "stale %s of delivery %s rejected: this worker no longer holds its lease",
+                    what, delivery_id,
+                )
+
+    async def _flush_until_empty(self, attempts: int = 20) -> None:
+        for _ in range(attempts):
+            if not (self._completions or self._failures):
+                return
+            if await self._flush_once():
+                continue
+        log.error("gave up writing results; their leases will expire and they will be re-run")
+
+    async def _settle(self) -> None:
+        """Burst mode: wait until every handler finished and its result is written."""
+        while self._running or self._in_flight:
+            await anyio.sleep(0.002)
+
+    # -- leases, recovery, wake-ups --------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        leases = [a.sub.lease_seconds for a in self._active.values()] or [30.0]
+        while True:
+            await anyio.sleep(min(leases) / 3)
+            groups: dict[tuple[str, float], list[DeliveryId]] = {}
+            for delivery_id, f in list(self._in_flight.items()):
+                groups.setdefault((f.token, f.lease_seconds), []).append(delivery_id)
+            for (token, lease_seconds), ids in groups.items():
+                try:
+                    kept = await self.backend.extend(ids, token, lease_seconds)
+                except BackendError as exc:
+                    log.warning("lease renewal failed: %s", exc)
+                    continue
+                lost = [i for i in ids if i not in kept and i in self._in_flight]
+                if lost:
+                    log.warning("leases lost for deliveries %s; their results will be refused", lost)
+
+    async def _housekeeping(self) -> None:
+        while True:
+            try:
+                if await self.backend.recover_expired():
+                    self.backend.wake_local({SWEEP})
+                await self._beat()
+            except BackendError as exc:
+                log.warning("housekeeping failed: %s", exc)
+            await anyio.sleep(self.recovery_interval_seconds)
+
+    async def _beat(self, *, gone: bool = False) -> None:
+        try:
+            await self.backend.worker_beat(self.id, gone=gone)
+        except BackendError as exc:
+            log.debug("worker heartbeat not written: %s", exc)
+
+    async def _listen(self) -> None:
+        await self.backend.run_listener()
