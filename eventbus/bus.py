@@ -18,8 +18,8 @@ from .backends.base import (
     StatusReport,
     SubscriptionSpec,
 )
-from .errors import ConfigurationError, PayloadTooLarge
-from .event import Event, encode_event, event_type_of
+from .errors import ConfigurationError, PayloadTooLarge, UnknownEventType
+from .event import Event, decode_event, encode_event, event_type_of
 from .router import Router
 
 if TYPE_CHECKING:
@@ -174,6 +174,13 @@ class Bus(Router):
         out = OutgoingEvent(event_type=event_type, payload=payload, key=key, delay_seconds=delay)
         (result,) = await self.backend.publish([out])
         return result
+
+    def validate_payload(self, event_type: str, payload: bytes) -> Event:
+        """Decode ``payload`` with the event class this bus knows for ``event_type``."""
+        for sub in self.subscriptions.values():
+            if sub.event_type == event_type:
+                return decode_event(sub.event_class, payload)
+        raise UnknownEventType(f"no subscription of this bus handles {event_type!r}")
 
     # -- subscriptions ------------------------------------------------------
 

@@ -1,0 +1,170 @@
+"""``eventbus dlq``: list, show, replay and purge dead deliveries."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+import msgspec
+
+from ._cli_common import Obj, enc_hook, run
+from .backends.base import DeadLetterFilter, DeliveryDetail
+from .bus import Bus
+
+__all__ = ["dlq"]
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str | None) -> datetime | None:
+    """``30m``, ``2h``, ``1d`` ago, or an ISO-8601 time (UTC when no zone is given)."""
+    if text is None:
+        return None
+    match = _RELATIVE.match(text)
+    if match:
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+        return datetime.now(UTC) - timedelta(seconds=seconds)
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter("use 30m, 2h, 1d or an ISO-8601 time", param_hint="--since") from exc
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--since", help="Dead since (30m, 2h, 1d or ISO-8601).")(f)
+    f = click.option("--event-type", help="Only this event type.")(f)
+    f = click.option("--subscription", help="Only this subscription.")(f)
+    return f
+
+
+def _make_filter(ids: tuple[int, ...], subscription: str | None, event_type: str | None,
+                 since: str | None, everything: bool = True) -> DeadLetterFilter:
+    """A filter for the named rows; bulk commands must name something or say --all."""
+    if not (ids or subscription or event_type or since or everything):
+        raise click.UsageError("name delivery IDs, a filter (--subscription, --event-type, "
+                               "--since) or --all")
+    return DeadLetterFilter(ids=list(ids) or None, subscription=subscription,
+                            event_type=event_type, since=parse_since(since))
+
+
+@click.group()
+def dlq() -> None:
+    """Dead-letter queue: deliveries that ran out of attempts or could not decode."""
+
+
+@dlq.command("list")
+@_filters
+@click.option("--limit", default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def list_(obj: Obj, subscription: str | None, event_type: str | None, since: str | None,
+          limit: int, as_json: bool) -> None:
+    """List dead deliveries, oldest first."""
+    flt = _make_filter((), subscription, event_type, since)
+
+    async def go() -> list[DeliveryDetail]:
+        async with obj.bus() as bus:
+            return await bus.backend.list_dead(flt, limit)
+
+    rows = run(go)
+    if as_json:
+        click.echo(msgspec.json.encode([_summary(d) for d in rows], enc_hook=enc_hook))
+        return
+    click.echo(f"{'ID':>8} {'SUBSCRIPTION':<24} {'EVENT TYPE':<22} {'ATT':>3} {'REPLAYS':>7}  ERROR")
+    for d in rows:
+        error = (d.last_error or "").splitlines()[0][:60] if d.last_error else ""
+        click.echo(f"{d.id:>8} {d.subscription:<24} {d.event_type:<22} {d.attempts:>3} "
+                   f"{d.replays:>7}  {error}")
+
+
+def _summary(d: DeliveryDetail) -> dict[str, Any]:
+    return {"id": d.id, "event_id": d.event_id, "subscription": d.subscription,
+            "event_type": d.event_type, "attempts": d.attempts, "replays": d.replays,
+            "last_error": d.last_error, "updated_at": d.updated_at}
+
+
+@dlq.command()
+@click.argument("delivery_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
+    """Show one delivery: payload, headers, lineage and every failed attempt."""
+
+    async def go() -> DeliveryDetail:
+        async with obj.bus() as bus:
+            return await bus.delivery(delivery_id)
+
+    d = run(go)
+    if as_json:
+        click.echo(msgspec.json.encode(d, enc_hook=enc_hook))
+        return
+    click.echo(f"delivery {d.id}  status {d.status}  attempts {d.attempts}  replays {d.replays}")
+    click.echo(f"subscription {d.subscription}  event {d.event_id} ({d.event_type}) key {d.key}")
+    click.echo(f"correlation {d.correlation_id}  causation {d.causation_id}  "
+               f"created {d.created_at.isoformat()}")
+    click.echo(f"headers {msgspec.json.encode(d.headers).decode()}")
+    click.echo(f"payload {d.payload.decode('utf-8', 'replace')}")
+    click.echo(f"last error: {d.last_error}")
+    for a in d.history:
+        click.echo(f"--- attempt {a.attempt} at {a.failed_at.isoformat()} on worker "
+                   f"{a.worker_id} ({a.duration_seconds:.3f}s): {a.error_type}: {a.message}")
+        if a.traceback:
+            click.echo(a.traceback.rstrip())
+
+
+async def _in_batches(bus: Bus, flt: DeadLetterFilter, batch_size: int,
+                      apply: Callable[[DeadLetterFilter], Any], dry_run: bool) -> int:
+    """Walk matching dead rows by id, one short transaction per batch, with progress."""
+    total, after = 0, 0
+    with click.progressbar(length=0, label="deliveries", show_pos=True,
+                           file=click.get_text_stream("stderr")) as bar:
+        while True:
+            batch = await bus.backend.list_dead(flt, limit=batch_size, after_id=after)
+            if not batch:
+                return total
+            after = batch[-1].id
+            ids = [d.id for d in batch]
+            done = len(ids) if dry_run else await apply(DeadLetterFilter(ids=ids))
+            total += done
+            bar.length = total
+            bar.update(done)
+
+
+def _bulk(action: str) -> Callable[..., None]:
+    @click.argument("ids", nargs=-1, type=int)
+    @_filters
+    @click.option("--all", "everything", is_flag=True, help="Every dead delivery.")
+    @click.option("--dry-run", is_flag=True, help="Count, change nothing.")
+    @click.option("--batch-size", default=1000, show_default=True)
+    @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+    @click.pass_obj
+    def command(obj: Obj, ids: tuple[int, ...], subscription: str | None,
+                event_type: str | None, since: str | None, everything: bool,
+                dry_run: bool, batch_size: int, yes: bool) -> None:
+        flt = _make_filter(ids, subscription, event_type, since, everything)
+        if action == "purge" and not (dry_run or yes):
+            click.confirm("Delete the matching dead deliveries and their history?", abort=True)
+
+        async def go() -> int:
+            async with obj.bus() as bus:
+                apply = bus.replay if action == "replay" else bus.purge
+                return await _in_batches(bus, flt, batch_size, apply, dry_run)
+
+        count = run(go)
+        verb = {"replay": "replayed", "purge": "purged"}[action]
+        click.echo(f"{'would be ' if dry_run else ''}{verb}: {count}")
+
+    command.__doc__ = {
+        "replay": "Move dead deliveries back to pending (attempts reset, replay counted).",
+        "purge": "Delete dead deliveries and their attempt history.",
+    }[action]
+    return command
+
+
+dlq.command("replay")(_bulk("replay"))
+dlq.command("purge")(_bulk("purge"))

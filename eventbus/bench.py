@@ -1,0 +1,118 @@
+"""``eventbus bench``: end-to-end claim throughput on the configured database.
+
+Publishes N events beforehand in batches, then drains them with a no-op
+handler in burst mode and reports events per second. PostgreSQL runs use a
+scratch schema (``eventbus_bench``) that is dropped first; SQLite runs use a
+temporary file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+import anyio
+import click
+import msgspec
+
+from ._cli_common import Obj, run
+from .bus import Bus, Envelope
+from .context import Context
+from .event import Event
+from .worker import Worker
+
+__all__ = ["BenchEvent", "bench", "drain_throughput", "scratch_bus"]
+
+
+class BenchEvent(Event, event_type="bench.tick"):
+    n: int
+    body: str = ""
+
+
+async def scratch_bus(dsn: str | None, schema: str = "eventbus_bench") -> Bus:
+    """A migrated, empty bus for a benchmark run."""
+    if dsn and dsn.startswith(("postgresql://", "postgres://")):
+        import asyncpg
+
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await conn.close()
+        bus = Bus(dsn, schema=schema, max_pool_size=8)
+    else:
+        path = os.path.join(tempfile.mkdtemp(prefix="eventbus-bench-"), "bench.db")
+        bus = Bus(f"sqlite:///{path}")
+    await bus.migrate()
+    return bus
+
+
+async def drain_throughput(
+    dsn: str | None,
+    n: int = 20_000,
+    *,
+    concurrency: int = 100,
+    batch_size: int = 100,
+    subscriptions: int = 1,
+    handler_sleep_seconds: float = 0.0,
+    publish_batch: int = 1000,
+) -> dict[str, Any]:
+    """Publish ``n`` events, drain them with one worker, return rates in events/s."""
+    bus = await scratch_bus(dsn)
+    try:
+        for i in range(subscriptions):
+            async def handler(event: BenchEvent, ctx: Context) -> None:
+                if handler_sleep_seconds:
+                    await anyio.sleep(handler_sleep_seconds)
+
+            bus.subscribe(BenchEvent, name=f"bench-{i}")(handler)
+        worker = Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=True)
+        await worker._register()  # subscriptions exist before publishing: no backfill
+        t0 = time.perf_counter()
+        for start in range(0, n, publish_batch):
+            await bus.publish_many(
+                Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + publish_batch))
+            )
+        t1 = time.perf_counter()
+        await Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=True).run()
+        t2 = time.perf_counter()
+        deliveries = n * subscriptions
+        return {
+            "backend": bus.backend.kind, "n": n, "subscriptions": subscriptions,
+            "concurrency": concurrency, "batch_size": batch_size,
+            "handler_sleep_seconds": handler_sleep_seconds,
+            "publish_per_second": n / (t1 - t0),
+            "deliveries_per_second": deliveries / (t2 - t1),
+        }
+    finally:
+        await bus.aclose()
+
+
+@click.command()
+@click.option("--n", "n", default=20_000, show_default=True, help="Events to drain.")
+@click.option("--concurrency", default=100, show_default=True)
+@click.option("--batch-size", default=100, show_default=True)
+@click.option("--subscriptions", default=1, show_default=True, help="Fan-out per event.")
+@click.option("--handler-sleep", default=0.0, show_default=True, help="Seconds per handler.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def bench(obj: Obj, n: int, concurrency: int, batch_size: int, subscriptions: int,
+          handler_sleep: float, as_json: bool) -> None:
+    """Measure end-to-end claim throughput (publish N, then drain)."""
+
+    async def go() -> dict[str, Any]:
+        return await drain_throughput(
+            obj.dsn, n, concurrency=concurrency, batch_size=batch_size,
+            subscriptions=subscriptions, handler_sleep_seconds=handler_sleep,
+        )
+
+    result = run(go)
+    if as_json:
+        click.echo(msgspec.json.encode(result))
+        return
+    click.echo(f"{result['backend']}: published {result['publish_per_second']:,.0f} events/s; "
+               f"drained {result['deliveries_per_second']:,.0f} deliveries/s "
+               f"(n={n}, subscriptions={subscriptions}, concurrency={concurrency}, "
+               f"batch={batch_size})")

@@ -1,0 +1,156 @@
+"""Command line: ``eventbus migrate | worker | publish | status | dlq | bench``.
+
+The database comes from ``--dsn`` or ``$EVENTBUS_DSN`` and defaults to the
+embedded SQLite file. User mistakes print one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any
+
+import anyio
+import click
+import msgspec
+import orjson
+
+from ._cli_common import Obj, enc_hook, load_app, run
+from ._cli_dlq import dlq
+from .backends.base import StatusReport
+from .bench import bench
+from .errors import ConfigurationError
+from .worker import Worker
+
+__all__ = ["main"]
+
+@click.group()
+@click.option("--dsn", envvar="EVENTBUS_DSN", help="postgresql://… or sqlite:///path")
+@click.option("--schema", envvar="EVENTBUS_SCHEMA", help="PostgreSQL schema (default eventbus)")
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.pass_context
+def cli(ctx: click.Context, dsn: str | None, schema: str | None, verbose: int) -> None:
+    """eventbus: a durable, typed event bus."""
+    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ctx.obj = Obj(dsn, schema)
+
+
+@cli.command()
+@click.pass_obj
+def migrate(obj: Obj) -> None:
+    """Apply pending migrations."""
+
+    async def go() -> list[str]:
+        async with obj.bus() as bus:
+            return await bus.migrate()
+
+    applied = run(go)
+    click.echo("applied: " + ", ".join(applied) if applied else "up to date")
+
+
+@cli.command()
+@click.argument("app")
+@click.option("--concurrency", default=50, show_default=True, help="Handlers running at once.")
+@click.option("--batch-size", default=50, show_default=True, help="Deliveries per claim.")
+@click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
+@click.option("--poll-interval", default=5.0, show_default=True, help="Slow poll, seconds.")
+@click.option("--grace", default=10.0, show_default=True, help="Shutdown grace, seconds.")
+@click.option("--subscription", "subscriptions", multiple=True, help="Serve only these.")
+@click.option("--migrate/--no-migrate", "run_migrate", default=False, help="Migrate first.")
+@click.pass_obj
+def worker(obj: Obj, app: str, concurrency: int, batch_size: int, burst: bool,
+           poll_interval: float, grace: float, subscriptions: tuple[str, ...],
+           run_migrate: bool) -> None:
+    """Run the handlers of APP (module:bus) until SIGTERM/SIGINT."""
+
+    async def go() -> int:
+        bus = load_app(app)
+        if obj.dsn and obj.dsn != bus.dsn:
+            raise ConfigurationError(f"--dsn differs from the DSN {app} was built with")
+        async with bus:
+            if run_migrate:
+                await bus.migrate()
+            w = Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=burst,
+                       poll_interval_seconds=poll_interval, grace_seconds=grace,
+                       subscriptions=subscriptions or None)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_stop_on_signals, w, tg.cancel_scope)
+                await w.run()
+                tg.cancel_scope.cancel()
+            return w.processed
+
+    processed = run(go)
+    click.echo(f"worker stopped: {processed} deliveries completed", err=True)
+
+
+async def _stop_on_signals(w: Worker, scope: anyio.CancelScope) -> None:
+    """First SIGTERM/SIGINT: graceful stop. Second: stop now."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        count = 0
+        async for _ in signals:
+            count += 1
+            w.stop(now=count > 1)
+
+
+@cli.command()
+@click.argument("event_type")
+@click.argument("payload")
+@click.option("--key", help="Idempotency key.")
+@click.option("--delay", type=float, default=0.0, help="Seconds before delivery.")
+@click.option("--app", help="module:bus whose event classes validate the payload.")
+@click.pass_obj
+def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: float,
+            app: str | None) -> None:
+    """Publish EVENT_TYPE with a JSON object PAYLOAD."""
+    try:
+        body = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="PAYLOAD") from exc
+    if not isinstance(body, dict):
+        raise click.BadParameter("must be a JSON object", param_hint="PAYLOAD")
+
+    async def go() -> Any:
+        bus = load_app(app) if app else obj.bus()
+        async with bus:
+            if app:
+                bus.validate_payload(event_type, orjson.dumps(body))
+            return await bus.publish_raw(event_type, orjson.dumps(body), key=key, delay=delay)
+
+    result = run(go)
+    click.echo(f"event {result.event_id}" + (" (duplicate key)" if result.duplicate else ""))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def status(obj: Obj, as_json: bool) -> None:
+    """Counts by event type, subscription and status."""
+
+    async def go() -> StatusReport:
+        async with obj.bus() as bus:
+            return await bus.status()
+
+    report = run(go)
+    if as_json:
+        click.echo(msgspec.json.encode(report, enc_hook=enc_hook))
+        return
+    click.echo(f"events: {report.events}")
+    oldest = report.oldest_pending_seconds
+    click.echo(f"oldest runnable pending: {'-' if oldest is None else f'{oldest:.1f}s'}")
+    click.echo(f"{'EVENT TYPE':<28} {'SUBSCRIPTION':<28} {'STATUS':<11} {'COUNT':>8}")
+    for r in report.rows:
+        click.echo(f"{r['event_type']:<28} {r['subscription']:<28} {r['status']:<11} "
+                   f"{r['count']:>8}")
+    for w in report.workers:
+        listener = "ok" if w["listener_ok"] else "DOWN"
+        click.echo(f"worker {w['id']} {w['hostname']}:{w['pid']} listener {listener} "
+                   f"reconnects {w['listener_reconnects']} silent {w['silent_seconds']:.0f}s")
+
+
+cli.add_command(dlq)
+cli.add_command(bench)
+
+
+def main() -> None:
+    cli(prog_name="eventbus")
