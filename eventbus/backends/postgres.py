@@ -203,27 +203,7 @@ class PostgresBackend:
                 self.q["existing_ids"], [e.event_type for e in missing], [e.key for e in missing]
             )
             known = {(r["event_type"], r["key"]): r["id"] for r in found}
-        return [self._result(e, keyed, keyless, known) for e in events]
-
-    @staticmethod
-    def _result(
-        event: OutgoingEvent,
-        keyed: dict[tuple[str, str], int],
-        keyless: Iterator[int],
-        known: dict[tuple[str, str], int],
-    ) -> PublishResult:
-        if event.key is None:
-            return PublishResult(EventId(next(keyless)), duplicate=False)
-        inserted = keyed.pop((event.event_type, event.key), None)
-        if inserted is not None:
-            return PublishResult(EventId(inserted), duplicate=False)
-        existing = known.get((event.event_type, event.key))
-        if existing is None:
-            raise PublishError(
-                f"event {event.event_type}/{event.key} conflicted with a row this "
-                "transaction cannot see (a concurrent delete, or REPEATABLE READ)"
-            )
-        return PublishResult(EventId(existing), duplicate=True)
+        return resolve_results(events, keyed, keyless, known)
 
     # -- subscriptions ---------------------------------------------------
 
@@ -421,3 +401,34 @@ class PostgresBackend:
         async with self._conn() as conn:
             rows = await conn.fetch(self.q["cancel"], list(ids))
         return len(rows)
+
+
+def resolve_results(
+    events: Sequence[OutgoingEvent],
+    inserted: dict[tuple[str, str], int],
+    keyless: Iterator[int],
+    existing: dict[tuple[str, str], int],
+) -> list[PublishResult]:
+    """Map inserted and pre-existing ids back to the input order.
+
+    The first occurrence of an inserted key is the new event; later ones in the
+    same batch, and keys taken by an earlier publish, are duplicates.
+    """
+    results: list[PublishResult] = []
+    for event in events:
+        if event.key is None:
+            results.append(PublishResult(EventId(next(keyless)), duplicate=False))
+            continue
+        ident = (event.event_type, event.key)
+        new_id = inserted.pop(ident, None)
+        if new_id is not None:
+            existing[ident] = new_id
+            results.append(PublishResult(EventId(new_id), duplicate=False))
+        elif ident in existing:
+            results.append(PublishResult(EventId(existing[ident]), duplicate=True))
+        else:
+            raise PublishError(
+                f"event {event.event_type}/{event.key} conflicted with a row this "
+                "transaction cannot see (a concurrent delete, or REPEATABLE READ)"
+            )
+    return results
