@@ -56,21 +56,24 @@ ON CONFLICT (event_id, subscription_id) DO NOTHING;
 -- name: claim
 -- Lock up to $2 runnable rows with SKIP LOCKED (served by deliveries_pending),
 -- take them under a lease and a fresh token, and return them with their payload.
-WITH picked AS (
-    SELECT id FROM {schema}.deliveries
-    WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
-    ORDER BY run_at, id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
+-- `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the
+-- planner thinks of the table's size.
+WITH claimed AS (
+    UPDATE {schema}.deliveries d
+    SET status = 'processing', attempts = d.attempts + 1,
+        lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
+        updated_at = now()
+    WHERE d.id = ANY(ARRAY(
+        SELECT id FROM {schema}.deliveries
+        WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
+        ORDER BY run_at, id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED))
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key
 )
-UPDATE {schema}.deliveries d
-SET status = 'processing', attempts = d.attempts + 1,
-    lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
-    updated_at = now()
-FROM picked, {schema}.events e
-WHERE d.id = picked.id AND e.id = d.event_id
-RETURNING d.id, d.event_id, d.attempts, e.event_type, e.payload, e.headers::text, e.key,
-          e.correlation_id, d.ordering_key, e.created_at;
+SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
+       e.correlation_id, c.ordering_key, e.created_at
+FROM claimed c JOIN {schema}.events e ON e.id = c.event_id;
 
 -- name: claim_ordered
 -- As claim, for subscriptions that serialise per key: skip keys already being
@@ -94,15 +97,17 @@ WITH candidates AS (
     WHERE ordering_key IS NULL OR rank = 1
     ORDER BY run_at, id
     LIMIT $2
+), claimed AS (
+    UPDATE {schema}.deliveries d
+    SET status = 'processing', attempts = d.attempts + 1,
+        lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
+        updated_at = now()
+    WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key
 )
-UPDATE {schema}.deliveries d
-SET status = 'processing', attempts = d.attempts + 1,
-    lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
-    updated_at = now()
-FROM picked, {schema}.events e
-WHERE d.id = picked.id AND e.id = d.event_id
-RETURNING d.id, d.event_id, d.attempts, e.event_type, e.payload, e.headers::text, e.key,
-          e.correlation_id, d.ordering_key, e.created_at;
+SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
+       e.correlation_id, c.ordering_key, e.created_at
+FROM claimed c JOIN {schema}.events e ON e.id = c.event_id;
 
 -- name: complete
 UPDATE {schema}.deliveries d

@@ -1,0 +1,293 @@
+-- Queries of the SQLite backend, with :named parameters.
+-- Every write runs inside one BEGIN IMMEDIATE transaction on the process's
+-- writer connection; :now is the database clock read once at its start
+-- (REAL epoch seconds), so one transaction sees one time, as now() does in
+-- PostgreSQL. Arrays travel as JSON text and are opened with json_each.
+-- Every status change is guarded by the expected status and, after a claim,
+-- by the lease token. Partial indexes are only used when a query spells their
+-- condition literally (status = 'pending'), so statuses are never parameters.
+
+-- name: now
+SELECT (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: publish
+-- One row; duplicates of (event_type, key) insert nothing and return no row.
+INSERT INTO events (event_type, key, payload, headers, correlation_id, causation_id,
+                    ordering_key, deliver_at, created_at)
+VALUES (:event_type, :key, :payload, :headers, :correlation_id, :causation_id,
+        :ordering_key, :now + :delay_seconds, :now)
+ON CONFLICT (event_type, key) DO NOTHING
+RETURNING id, deliver_at;
+
+-- name: existing_id
+-- The id of the event whose key an earlier publish took.
+SELECT id FROM events WHERE event_type = :event_type AND key = :key;
+
+-- name: subscribers
+-- Fan-out targets of a batch, read once under the write lock (served by
+-- subscriptions_event_type).
+SELECT event_type, id, ordered FROM subscriptions
+WHERE event_type IN (SELECT value FROM json_each(:event_types));
+
+-- name: fanout
+INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at)
+VALUES (:event_id, :subscription_id, :ordering_key, :run_at, :now);
+
+-- name: subscription_by_name
+SELECT id, event_type FROM subscriptions WHERE name = :name;
+
+-- name: subscription_insert
+INSERT INTO subscriptions (name, event_type, max_attempts, lease_seconds, ordered,
+                           created_at, last_seen_at)
+VALUES (:name, :event_type, :max_attempts, :lease_seconds, :ordered, :now, :now)
+RETURNING id;
+
+-- name: subscription_update
+UPDATE subscriptions
+SET max_attempts = :max_attempts, lease_seconds = :lease_seconds, ordered = :ordered,
+    last_seen_at = :now
+WHERE id = :id;
+
+-- name: backfill
+-- A new subscription reads the retained log from the start (events_type_id).
+-- The WHERE clause is required: it keeps ON CONFLICT from parsing as a join.
+INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at)
+SELECT e.id, :subscription_id, CASE WHEN :ordered THEN e.ordering_key END, e.deliver_at, :now
+FROM events e WHERE e.event_type = :event_type
+ON CONFLICT (event_id, subscription_id) DO NOTHING;
+
+-- name: claim_probe
+-- Read outside any transaction: is anything runnable? Spares the write lock
+-- when the queue is empty (deliveries_pending).
+SELECT 1 FROM deliveries
+WHERE subscription_id = :subscription_id AND status = 'pending'
+  AND run_at <= (julianday('now') - 2440587.5) * 86400.0
+LIMIT 1;
+
+-- name: claim
+-- Take up to :limit runnable rows (deliveries_pending) under a lease and a
+-- fresh token. The write lock makes SKIP LOCKED unnecessary.
+UPDATE deliveries
+SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
+    lease_token = :lease_token, worker_id = :worker_id, updated_at = :now
+WHERE id IN (
+    SELECT id FROM deliveries
+    WHERE subscription_id = :subscription_id AND status = 'pending' AND run_at <= :now
+    ORDER BY run_at, id
+    LIMIT :limit)
+RETURNING id, event_id, attempts, ordering_key, run_at;
+
+-- name: claim_ordered
+-- As claim, for subscriptions that serialise per key: skip keys already being
+-- processed (deliveries_one_per_key) and take the oldest row per key.
+UPDATE deliveries
+SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
+    lease_token = :lease_token, worker_id = :worker_id, updated_at = :now
+WHERE id IN (
+    SELECT id FROM (
+        SELECT id, ordering_key, run_at,
+               row_number() OVER (PARTITION BY ordering_key ORDER BY run_at, id) AS rank
+        FROM (
+            SELECT d.id, d.ordering_key, d.run_at FROM deliveries d
+            WHERE d.subscription_id = :subscription_id AND d.status = 'pending'
+              AND d.run_at <= :now
+              AND (d.ordering_key IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM deliveries p
+                    WHERE p.subscription_id = :subscription_id
+                      AND p.ordering_key = d.ordering_key AND p.status = 'processing'))
+            ORDER BY d.run_at, d.id
+            LIMIT :limit * 4))
+    WHERE ordering_key IS NULL OR rank = 1
+    ORDER BY run_at, id
+    LIMIT :limit)
+RETURNING id, event_id, attempts, ordering_key, run_at;
+
+-- name: claimed_events
+SELECT id, event_type, payload, headers, key, correlation_id, created_at
+FROM events WHERE id IN (SELECT value FROM json_each(:event_ids));
+
+-- name: complete
+UPDATE deliveries
+SET status = 'completed', lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id = :id AND status = 'processing' AND lease_token = :lease_token
+RETURNING id;
+
+-- name: fail
+-- Retry (pending at :now + delay) or dead.
+UPDATE deliveries
+SET status = CASE WHEN :dead THEN 'dead' ELSE 'pending' END,
+    run_at = CASE WHEN :dead THEN run_at ELSE :now + :delay_seconds END,
+    last_error = :error_type || ': ' || :message,
+    lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id = :id AND status = 'processing' AND lease_token = :lease_token
+RETURNING id, attempts;
+
+-- name: attempt_record
+INSERT INTO delivery_attempts (delivery_id, attempt, error_type, message, traceback,
+                               duration_seconds, worker_id, failed_at)
+VALUES (:delivery_id, :attempt, :error_type, :message, :traceback, :duration_seconds,
+        :worker_id, :now);
+
+-- name: release
+-- Hand back deliveries this worker claimed but will not finish, without
+-- counting the attempt.
+UPDATE deliveries
+SET status = 'pending', attempts = attempts - 1, lease_until = NULL, lease_token = NULL,
+    run_at = :now, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status = 'processing' AND lease_token = :lease_token;
+
+-- name: extend
+UPDATE deliveries
+SET lease_until = :now + :lease_seconds
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status = 'processing' AND lease_token = :lease_token
+RETURNING id;
+
+-- name: recover_probe
+-- Read outside any transaction: has any lease run out? (deliveries_processing)
+SELECT 1 FROM deliveries
+WHERE status = 'processing' AND lease_until < (julianday('now') - 2440587.5) * 86400.0
+LIMIT 1;
+
+-- name: recover_expired
+-- Deliveries whose worker stopped renewing the lease: the attempt counts; they
+-- go back to pending, or dead when out of attempts.
+UPDATE deliveries
+SET status = CASE WHEN attempts >= (SELECT s.max_attempts FROM subscriptions s
+                                    WHERE s.id = deliveries.subscription_id)
+                  THEN 'dead' ELSE 'pending' END,
+    run_at = :now, last_error = 'LeaseExpired: the worker stopped renewing its lease',
+    lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id IN (
+    SELECT id FROM deliveries
+    WHERE status = 'processing' AND lease_until < :now
+    ORDER BY lease_until
+    LIMIT :limit)
+RETURNING id, attempts, worker_id;
+
+-- name: recover_record
+INSERT INTO delivery_attempts (delivery_id, attempt, error_type, message, worker_id, failed_at)
+VALUES (:delivery_id, :attempt, 'LeaseExpired', 'the worker stopped renewing its lease',
+        :worker_id, :now);
+
+-- name: next_run_in
+SELECT min(run_at) - (julianday('now') - 2440587.5) * 86400.0
+FROM deliveries WHERE subscription_id = :subscription_id AND status = 'pending';
+
+-- name: status
+SELECT e.event_type, s.name AS subscription, d.status, count(*) AS count
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+
+-- name: status_oldest_pending
+SELECT (julianday('now') - 2440587.5) * 86400.0 - min(run_at)
+FROM deliveries
+WHERE status = 'pending' AND run_at <= (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: status_events
+SELECT count(*) FROM events;
+
+-- name: status_workers
+SELECT id, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
+       (julianday('now') - 2440587.5) * 86400.0 - heartbeat_at AS silent_seconds
+FROM workers ORDER BY started_at;
+
+-- name: worker_beat
+INSERT INTO workers (id, hostname, pid, started_at, heartbeat_at, listener_ok,
+                     listener_reconnects)
+VALUES (:id, :hostname, :pid, :now, :now, :listener_ok, :listener_reconnects)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
+    listener_ok = excluded.listener_ok, listener_reconnects = excluded.listener_reconnects;
+
+-- name: worker_gone
+DELETE FROM workers WHERE id = :id OR heartbeat_at < :now - 86400.0;
+
+-- name: detail
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.id = :id;
+
+-- name: history
+SELECT attempt, error_type, message, traceback, coalesce(duration_seconds, 0.0),
+       worker_id, failed_at
+FROM delivery_attempts WHERE delivery_id = :id ORDER BY id;
+
+-- name: list_dead
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND (:subscription IS NULL OR s.name = :subscription)
+  AND (:event_type IS NULL OR e.event_type = :event_type)
+  AND (:since IS NULL OR d.updated_at >= :since)
+  AND d.id > :after_id
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: dead_ids
+-- As list_dead, ids only: the next batch of a replay or purge.
+SELECT d.id
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND (:subscription IS NULL OR s.name = :subscription)
+  AND (:event_type IS NULL OR e.event_type = :event_type)
+  AND (:since IS NULL OR d.updated_at >= :since)
+  AND d.id > :after_id
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: replay
+-- Guarded dead -> pending, attempts reset, replay count and time kept.
+UPDATE deliveries
+SET status = 'pending', attempts = 0, run_at = :now, replays = replays + 1,
+    replayed_at = :now, lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'dead'
+RETURNING subscription_id;
+
+-- name: subscription_types
+SELECT DISTINCT event_type FROM subscriptions
+WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: purge
+DELETE FROM deliveries WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'dead'
+RETURNING id;
+
+-- name: purge_history
+DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT value FROM json_each(:ids));
+
+-- name: cancel
+UPDATE deliveries SET status = 'cancelled', updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
+RETURNING id;
+
+-- name: data_version
+PRAGMA data_version;
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT NOT NULL,
+    checksum   TEXT NOT NULL,
+    applied_at REAL NOT NULL
+);
+
+-- name: migrations_applied
+SELECT version, checksum FROM schema_migrations;
+
+-- name: migration_record
+INSERT INTO schema_migrations (version, name, checksum, applied_at)
+VALUES (:version, :name, :checksum, :now);

@@ -1,0 +1,1 @@
+"""Handlers of the example application, one Router per module."""

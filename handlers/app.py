@@ -1,0 +1,15 @@
+"""The example application's bus: ``eventbus worker handlers.app:bus``.
+
+The database comes from ``$EVENTBUS_DSN`` and defaults to ``./eventbus.db``.
+"""
+
+from __future__ import annotations
+
+from eventbus import Bus
+
+from . import orders, payments, shipping
+
+bus = Bus()
+bus.include(orders.router)
+bus.include(payments.router)
+bus.include(shipping.router)

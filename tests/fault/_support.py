@@ -1,0 +1,229 @@
+"""Helpers of the fault-injection suite: real worker processes, real signals.
+
+Every process is started through :class:`Procs`, which a test closes in a
+``finally`` block (or through the ``procs`` fixture): SIGTERM, then SIGKILL
+after a short wait, and only for the processes it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from ..conftest import Target
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTBUS = str(Path(sys.executable).parent / "eventbus")
+APP = "tests.apps.fault_app:bus"
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def prepare(target: Target) -> None:
+    """Migrate the test's schema and add the tables the checks read.
+
+    ``handler_runs`` is written by the app's handlers; ``transitions`` by a
+    trigger on every status change of a delivery (with the database clock), so
+    completions, reclaims and recoveries can be counted and timed afterwards.
+    """
+    bus = target.bus()
+    try:
+        await bus.migrate()
+    finally:
+        await bus.aclose()
+    s = f'"{target.schema}"'
+    conn = await asyncpg.connect(target.dsn)
+    try:
+        await conn.execute(f"""
+            CREATE TABLE {s}.handler_runs (
+                id bigserial PRIMARY KEY, event_id bigint NOT NULL,
+                delivery_id bigint NOT NULL, subscription text NOT NULL,
+                pid integer NOT NULL, attempt integer NOT NULL, phase text NOT NULL,
+                at timestamptz NOT NULL DEFAULT clock_timestamp());
+            CREATE TABLE {s}.transitions (
+                id bigserial PRIMARY KEY, delivery_id bigint NOT NULL, old_status text,
+                new_status text NOT NULL, worker_id uuid, lease_token uuid,
+                at timestamptz NOT NULL DEFAULT clock_timestamp());
+            CREATE FUNCTION {s}.log_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO {s}.transitions (delivery_id, old_status, new_status, worker_id,
+                                             lease_token)
+                VALUES (NEW.id, OLD.status, NEW.status, NEW.worker_id, NEW.lease_token);
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER deliveries_transitions AFTER UPDATE OF status ON {s}.deliveries
+                FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
+                EXECUTE FUNCTION {s}.log_transition();
+        """)
+    finally:
+        await conn.close()
+
+
+class Proc:
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path, name: str) -> None:
+        self.popen = popen
+        self.log = log
+        self.name = name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+
+    async def wait(self, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            rc = self.popen.poll()
+            if rc is not None:
+                return rc
+            await asyncio.sleep(0.05)
+        return None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+class Procs:
+    """The processes one test started; :meth:`close` stops every one of them."""
+
+    def __init__(self, target: Target, logdir: Path) -> None:
+        self.target = target
+        self.logdir = logdir
+        self.all: list[Proc] = []
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = self.target.env()
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env.update(extra or {})
+        return env
+
+    def worker(self, *args: str, env: dict[str, str] | None = None, name: str = "w") -> Proc:
+        cmd = [EVENTBUS, "worker", APP, *args]
+        return self._spawn(cmd, env, name)
+
+    def cli(self, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [EVENTBUS, *args], cwd=ROOT, env=self.env(env), capture_output=True, text=True,
+            timeout=timeout,
+        )
+
+    def _spawn(self, cmd: list[str], env: dict[str, str] | None, name: str) -> Proc:
+        log = self.logdir / f"{name}-{len(self.all)}.log"
+        with open(log, "wb") as out:
+            popen = subprocess.Popen(
+                cmd, cwd=ROOT, env=self.env(env), stdout=out, stderr=subprocess.STDOUT,
+            )
+        proc = Proc(popen, log, name)
+        self.all.append(proc)
+        return proc
+
+    async def close(self, grace: float = 5.0) -> None:
+        for p in self.all:
+            if p.alive():
+                try:
+                    os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
+                    p.signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for p in self.all:
+            await p.wait(max(0.0, deadline - time.monotonic()))
+        for p in self.all:
+            if p.alive():
+                p.signal(signal.SIGKILL)
+                p.popen.wait(timeout=10)
+
+    def status_json(self) -> dict[str, Any]:
+        result = self.cli("status", "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+
+async def wait_until(
+    check: Callable[[], Awaitable[Any]], timeout: float, interval: float = 0.05,
+    what: str = "condition",
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def worker_id_of(conn: asyncpg.Connection, schema: str, pid: int,
+                       timeout: float = 15) -> Any:
+    """The worker id a process registered in the workers table (its first heartbeat)."""
+
+    async def find() -> Any:
+        return await conn.fetchval(
+            f'SELECT id FROM "{schema}".workers WHERE pid = $1 ORDER BY started_at DESC LIMIT 1',
+            pid,
+        )
+
+    return await wait_until(find, timeout, what=f"worker row of pid {pid}")
+
+
+async def status_counts(conn: asyncpg.Connection, schema: str) -> dict[str, int]:
+    rows = await conn.fetch(f'SELECT status, count(*) AS n FROM "{schema}".deliveries GROUP BY 1')
+    return {r["status"]: r["n"] for r in rows}
+
+
+async def settled(conn: asyncpg.Connection, schema: str) -> bool:
+    """No delivery pending or processing."""
+    n = await conn.fetchval(
+        f"SELECT count(*) FROM \"{schema}\".deliveries WHERE status IN ('pending', 'processing')"
+    )
+    return bool(n == 0)
+
+
+def socket_ports_of(pid: int) -> set[int]:
+    """Local TCP ports of the sockets a process holds (from /proc, no psutil)."""
+    inodes: set[str] = set()
+    fd_dir = Path(f"/proc/{pid}/fd")
+    for fd in fd_dir.iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports

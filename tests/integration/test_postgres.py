@@ -1,0 +1,235 @@
+"""PostgreSQL features: transactions, concurrency, NOTIFY, migrations, plans."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import anyio
+import asyncpg
+import pytest
+
+from eventbus import Bus, Context, MigrationChecksumMismatch, Worker
+from eventbus.backends.base import Completion
+
+from ..helpers import OrderPlaced, PaymentRequested, counts, drain
+
+
+@pytest.fixture
+async def pg_bus(pg_target):
+    bus = pg_target.bus()
+    await bus.migrate()
+    yield bus
+    await bus.aclose()
+
+
+async def test_concurrent_publishers_of_one_key_get_one_row(pg_bus) -> None:
+    async def publish(i: int, out: list) -> None:
+        out.append(await pg_bus.publish(OrderPlaced(order_id=f"attempt-{i}"), key="same"))
+
+    results: list = []
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(publish, i, results)
+    assert len(results) == 20
+    assert len({r.event_id for r in results}) == 1
+    assert sum(not r.duplicate for r in results) == 1
+    assert (await pg_bus.status()).events == 1
+
+
+async def test_publish_in_rolled_back_transaction_leaves_nothing(pg_bus, pg_target) -> None:
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await drain(pg_bus)
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                await pg_bus.publish(OrderPlaced(order_id="ghost"), connection=conn)
+                raise RuntimeError("caller's business logic failed")
+        async with conn.transaction():
+            await pg_bus.publish(OrderPlaced(order_id="real"), connection=conn)
+        schema = pg_target.schema
+        assert await conn.fetchval(f'SELECT count(*) FROM "{schema}".events') == 1
+        assert await conn.fetchval(f'SELECT count(*) FROM "{schema}".deliveries') == 1
+    finally:
+        await conn.close()
+
+
+async def test_completion_that_cannot_commit_leaves_no_follow_ups(pg_bus, pg_target) -> None:
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await drain(pg_bus)
+    await pg_bus.publish(OrderPlaced(order_id="o-1"))
+    (claimed,) = await pg_bus.backend.claim(1, 1, 30, "00000000-0000-4000-8000-000000000001")
+    s = pg_target.schema
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:  # the follow-up insert fails inside the completing transaction
+        await conn.execute(f"""
+            CREATE FUNCTION "{s}".refuse() RETURNS trigger LANGUAGE plpgsql AS
+            $$ BEGIN RAISE EXCEPTION 'disk full'; END $$;
+            CREATE TRIGGER refuse BEFORE INSERT ON "{s}".events FOR EACH ROW
+            WHEN (NEW.event_type = 'test.payment_requested') EXECUTE FUNCTION "{s}".refuse();
+        """)
+        follow = pg_bus.outgoing(PaymentRequested(order_id="o-1"))
+        with pytest.raises(Exception, match="disk full"):
+            await pg_bus.backend.complete([Completion(claimed.id, claimed.lease_token, (follow,))])
+        assert await conn.fetchval(f'SELECT count(*) FROM "{s}".events') == 1
+        status = await conn.fetchval(f'SELECT status FROM "{s}".deliveries WHERE id = $1', claimed.id)
+        assert status == "processing"
+    finally:
+        await conn.close()
+
+
+async def test_four_worker_tasks_complete_each_delivery_once(pg_bus) -> None:
+    runs: Counter[int] = Counter()
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        runs[ctx.delivery_id] += 1
+        await anyio.sleep(0)
+
+    await drain(pg_bus)
+    await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2000)])
+    workers = [Worker(pg_bus, burst=True, concurrency=20, batch_size=10) for _ in range(4)]
+    async with anyio.create_task_group() as tg:
+        for w in workers:
+            tg.start_soon(w.run)
+    assert len(runs) == 2000 and set(runs.values()) == {1}
+    assert sum(w.processed for w in workers) == 2000
+    assert all(w.processed > 0 for w in workers)
+    assert await counts(pg_bus) == {("h", "completed"): 2000}
+
+
+async def test_two_worker_processes_complete_each_delivery_once(pg_target) -> None:
+    bus = pg_target.bus()
+    await bus.migrate()
+
+    @bus.subscribe(OrderPlaced, name="count")  # the same subscription as counter_app's
+    async def count(event: OrderPlaced, ctx: Context) -> None:
+        raise AssertionError("runs only in the worker processes")
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        await conn.execute(f'CREATE TABLE "{pg_target.schema}".handler_runs '
+                           "(delivery_id bigint, pid int)")
+        await Worker(bus, burst=True)._register()
+        await bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2000)])
+        cmd = [sys.executable, "-m", "eventbus", "worker", "tests.apps.counter_app:bus",
+               "--burst", "--concurrency", "10", "--batch-size", "10"]
+        procs = [subprocess.Popen(cmd, env=pg_target.env()) for _ in range(2)]
+        try:
+            for p in procs:
+                assert p.wait(timeout=90) == 0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        rows = await conn.fetch(f'SELECT delivery_id, count(*) AS n, count(DISTINCT pid) '
+                                f'FROM "{pg_target.schema}".handler_runs GROUP BY 1')
+        assert len(rows) == 2000 and {r["n"] for r in rows} == {1}
+        pids = await conn.fetchval(
+            f'SELECT count(DISTINCT pid) FROM "{pg_target.schema}".handler_runs')
+        assert pids == 2
+        assert await counts(bus) == {("count", "completed"): 2000}
+    finally:
+        await conn.close()
+        await bus.aclose()
+
+
+async def test_idle_worker_wakes_on_notify_well_before_the_poll(pg_bus) -> None:
+    handled = anyio.Event()
+    latencies: list[float] = []
+    published_at: list[float] = []
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        latencies.append(time.monotonic() - published_at[-1])
+        handled.set()
+
+    worker = Worker(pg_bus, poll_interval_seconds=30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.5)  # idle: listening, nothing to do
+        for i in range(5):
+            handled = anyio.Event()
+            published_at.append(time.monotonic())
+            await pg_bus.publish(OrderPlaced(order_id=str(i)))
+            with anyio.fail_after(5):
+                await handled.wait()
+        worker.stop()
+    assert max(latencies) < 1.0  # the poll interval is 30 s
+
+
+async def test_migrate_twice_is_a_no_op_and_edits_are_refused(pg_target) -> None:
+    bus = pg_target.bus()
+    try:
+        assert await bus.migrate() == ["0001_create_events.sql"]
+        assert await bus.migrate() == []
+        conn = await asyncpg.connect(pg_target.dsn)
+        try:
+            await conn.execute(f'UPDATE "{pg_target.schema}".schema_migrations SET checksum = $1',
+                               "0" * 64)
+        finally:
+            await conn.close()
+        with pytest.raises(MigrationChecksumMismatch):
+            await bus.migrate()
+    finally:
+        await bus.aclose()
+
+
+async def test_raw_undecodable_rows_go_dead_and_healthy_ones_flow(pg_bus, pg_target) -> None:
+    handled: list[str] = []
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        handled.append(event.order_id)
+
+    await drain(pg_bus)
+    s = pg_target.schema
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        await conn.execute(f"""
+            WITH e AS (INSERT INTO "{s}".events (event_type, payload)
+                       VALUES ('test.order_placed', '\\xff00'::bytea),
+                              ('test.order_placed', convert_to('{{"order_id": [1]}}', 'UTF8')),
+                              ('other.type', convert_to('{{"order_id": "x"}}', 'UTF8'))
+                       RETURNING id)
+            INSERT INTO "{s}".deliveries (event_id, subscription_id) SELECT id, 1 FROM e""")
+    finally:
+        await conn.close()
+    await pg_bus.publish(OrderPlaced(order_id="healthy"))
+    await drain(pg_bus)
+    assert handled == ["healthy"]
+    dead = await pg_bus.dead_letters()
+    assert len(dead) == 3
+    assert all(d.attempts == 1 and (d.last_error or "").startswith("DecodeError") for d in dead)
+
+
+async def test_claim_plan_uses_the_pending_partial_index(pg_bus, pg_target) -> None:
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await drain(pg_bus)
+    await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(5000)])
+    q = pg_bus.backend.q["claim"]
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        await conn.execute(f'ANALYZE "{pg_target.schema}".deliveries, "{pg_target.schema}".events')
+        tx = conn.transaction()
+        await tx.start()
+        plan = await conn.fetchval(
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {q}", 1, 100, 30.0,
+            "00000000-0000-4000-8000-000000000000", "00000000-0000-4000-8000-000000000001")
+        await tx.rollback()
+    finally:
+        await conn.close()
+    text = str(plan)
+    assert "deliveries_pending" in text
+    assert "Seq Scan" not in text
