@@ -121,18 +121,15 @@ async def _in_batches(bus: Bus, flt: DeadLetterFilter, batch_size: int,
                       apply: Callable[[DeadLetterFilter], Any], dry_run: bool) -> int:
     """Walk matching dead rows by id, one short transaction per batch, with progress."""
     total, after = 0, 0
-    with click.progressbar(length=0, label="deliveries", show_pos=True,
-                           file=click.get_text_stream("stderr")) as bar:
-        while True:
-            batch = await bus.backend.list_dead(flt, limit=batch_size, after_id=after)
-            if not batch:
-                return total
-            after = batch[-1].id
-            ids = [d.id for d in batch]
-            done = len(ids) if dry_run else await apply(DeadLetterFilter(ids=ids))
-            total += done
-            bar.length = total
-            bar.update(done)
+    while True:
+        batch = await bus.backend.list_dead(flt, limit=batch_size, after_id=after)
+        if not batch:
+            click.echo("", err=True)
+            return total
+        after = batch[-1].id
+        ids = [d.id for d in batch]
+        total += len(ids) if dry_run else await apply(DeadLetterFilter(ids=ids))
+        click.echo(f"\r{total} deliveries", nl=False, err=True)
 
 
 def _bulk(action: str) -> Callable[..., None]:

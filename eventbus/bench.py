@@ -26,7 +26,7 @@ from .worker import Worker
 __all__ = ["BenchEvent", "bench", "drain_throughput", "scratch_bus"]
 
 
-class BenchEvent(Event, event_type="bench.tick"):
+class BenchEvent(Event, event_type="bench.tick"):  # type: ignore[misc]
     n: int
     body: str = ""
 

@@ -50,7 +50,8 @@ def backend_from_dsn(dsn: str, schema: str | None = None, **options: Any) -> Bac
     if dsn.startswith("sqlite://"):
         from .backends.sqlite import SQLiteBackend
 
-        return SQLiteBackend(dsn, **options)
+        backend: Backend = SQLiteBackend(dsn, **options)
+        return backend
     raise ConfigurationError(
         f"unsupported DSN {dsn.split(':', 1)[0]!r}: use postgresql://… or sqlite:///path"
     )

@@ -43,7 +43,7 @@ class _EventMeta(msgspec.StructMeta):
                 raise ConfigurationError(
                     f"invalid event_type {event_type!r}: use letters, digits and . _ : -"
                 )
-            cls.__event_type__ = event_type
+            cls.__event_type__ = event_type  # type: ignore[attr-defined]
         return cls
 
 

@@ -17,7 +17,7 @@ import traceback
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskGroup
@@ -370,7 +370,7 @@ class Worker:
 
     async def _settle(self) -> None:
         """Burst mode: wait until every handler finished and its result is written."""
-        while self._running or self._in_flight:
+        while self._running or self._in_flight:  # noqa: ASYNC110 (burst mode only)
             await anyio.sleep(0.002)
 
     # -- leases, recovery, wake-ups --------------------------------------------------

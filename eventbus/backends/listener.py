@@ -64,7 +64,9 @@ class PostgresListener:
 
     # -- connection side ----------------------------------------------------
 
-    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        if not isinstance(payload, str):
+            return
         if payload == self.probe_payload:
             self._probe_heard.set()
         elif not payload.startswith(SWEEP + "probe:"):

@@ -124,10 +124,8 @@ class PostgresBackend:
         self.schema = validate_schema(schema)
         self.notify_channel = f"eventbus_{self.schema}"
         self.q = load_queries("postgres.sql", self.schema)
-        self._pool_args = {
-            "min_size": min_pool_size, "max_size": max_pool_size,
-            "command_timeout": command_timeout,
-        }
+        self._pool_size = (min_pool_size, max_pool_size)
+        self._command_timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
         self.listener = PostgresListener(dsn, self.notify_channel)
 
@@ -136,7 +134,10 @@ class PostgresBackend:
     async def open(self) -> None:
         if self._pool is None:
             with translate_errors():
-                self._pool = await asyncpg.create_pool(self.dsn, **self._pool_args)
+                self._pool = await asyncpg.create_pool(
+                    self.dsn, min_size=self._pool_size[0], max_size=self._pool_size[1],
+                    command_timeout=self._command_timeout,
+                )
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
@@ -146,7 +147,7 @@ class PostgresBackend:
             pool.terminate()
 
     @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _conn(self) -> AsyncIterator[Any]:
         await self.open()
         assert self._pool is not None
         with translate_errors():
@@ -154,7 +155,7 @@ class PostgresBackend:
                 yield conn
 
     @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[asyncpg.Connection]:
+    async def _tx(self) -> AsyncIterator[Any]:
         async with self._conn() as conn, conn.transaction():
             yield conn
 

@@ -8,10 +8,11 @@ import time
 from collections import Counter
 
 import anyio
+import anyio.lowlevel
 import asyncpg
 import pytest
 
-from eventbus import Bus, Context, MigrationChecksumMismatch, Worker
+from eventbus import Context, MigrationChecksumMismatch, Worker
 from eventbus.backends.base import Completion
 
 from ..helpers import OrderPlaced, PaymentRequested, counts, drain
@@ -93,7 +94,7 @@ async def test_four_worker_tasks_complete_each_delivery_once(pg_bus) -> None:
     @pg_bus.subscribe(OrderPlaced, name="h")
     async def h(event: OrderPlaced, ctx: Context) -> None:
         runs[ctx.delivery_id] += 1
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
     await drain(pg_bus)
     await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2000)])
