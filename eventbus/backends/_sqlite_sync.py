@@ -92,7 +92,7 @@ def checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
 
 
 def _backoff(attempt: int) -> float:
-    return random.uniform(0.5, 1.0) * min(0.25, 0.005 * 2**attempt)
+    return random.uniform(0.5, 1.0) * min(0.25, 0.005 * 2.0**attempt)
 
 
 def _retry_busy(body: Callable[[], T], deadline_seconds: float) -> T:
@@ -130,7 +130,7 @@ def write(
     def once() -> T:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            now = float(conn.execute(q["now"]).fetchone()[0])
+            now: float = conn.execute(q["now"]).fetchone()[0]
             result = body(conn, now)
             conn.execute("COMMIT")
         except BaseException:

@@ -32,7 +32,7 @@ import anyio
 import anyio.to_thread
 import orjson
 
-from . import _sqlite_sync as sync
+from .. import migrate as migrations
 from ..errors import (
     BackendError,
     BackendUnavailable,
@@ -42,6 +42,7 @@ from ..errors import (
     SchemaNotMigrated,
 )
 from ..sql import load_queries
+from . import _sqlite_sync as sync
 from .base import (
     AttemptRecord,
     ClaimedDelivery,
@@ -193,3 +194,318 @@ class _Link:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 await anyio.to_thread.run_sync(self.conn.close, limiter=self._limiter)
+
+
+class SQLiteBackend:
+    """Stores the bus in one SQLite file, shared by any number of local processes.
+
+    :param dsn: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``.
+    :param synchronous: ``"FULL"`` (default: a commit survives power loss) or
+        ``"NORMAL"`` (faster; in WAL mode the last commits may be lost on power
+        loss, never on a process crash, and the file is never corrupted).
+    :param busy_timeout_ms: how long SQLite waits for another process's write
+        lock before this backend backs off and tries again.
+    :param poll_interval_seconds: how often the worker's poller checks for
+        commits by other processes.
+    """
+
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 30000,
+        poll_interval_seconds: float = 0.05,
+    ) -> None:
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            raise ConfigurationError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
+        if busy_timeout_ms < 0:
+            raise ConfigurationError("busy_timeout_ms cannot be negative")
+        self.dsn = dsn
+        self.path = parse_dsn(dsn)
+        self.notify_channel = f"sqlite:{self.path}"
+        self.synchronous = synchronous.upper()
+        self.busy_timeout_ms = busy_timeout_ms
+        self.poll_interval_seconds = poll_interval_seconds
+        # Give up on a locked file only after several busy timeouts.
+        self.lock_deadline_seconds = max(5.0, 4 * busy_timeout_ms / 1000)
+        self.q = load_queries("sqlite.sql", "main")
+        self.listener_ok = False
+        self.listener_reconnects = 0
+        self._writer: _Link | None = None
+        self._reader: _Link | None = None
+        self._migrated = False
+        self._open_lock = anyio.Lock()
+        self._waker = _Waker()
+
+    # -- lifecycle -------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, and apply pending migrations the first time."""
+        await self._connect()
+        if not self._migrated:
+            writer = await self._link()
+            applied = await writer.run(functools.partial(sync.applied_migrations, q=self.q))
+            if applied is None or migrations.pending(migrations.discover("sqlite"), applied):
+                await self.migrate()
+            self._migrated = True
+
+    async def _connect(self) -> None:
+        if self._writer is not None:
+            return
+        async with self._open_lock:
+            if self._writer is not None:
+                return
+            if sqlite3.sqlite_version_info < _MIN_VERSION:
+                raise ConfigurationError(
+                    f"SQLite {sqlite3.sqlite_version} is too old: eventbus needs 3.35 or newer"
+                )
+            writer = await self._new_link(self.busy_timeout_ms)
+            try:
+                await writer.run(sync.enable_wal)
+                self._reader = await self._new_link(_READER_BUSY_TIMEOUT_MS)
+            except BaseException:
+                await writer.close()
+                raise
+            self._writer = writer
+
+    async def _new_link(self, busy_timeout_ms: int) -> _Link:
+        connect = functools.partial(sync.connect, self.path, self.synchronous, busy_timeout_ms)
+        with translate_errors():
+            conn = await anyio.to_thread.run_sync(connect)
+        return _Link(conn, self.lock_deadline_seconds)
+
+    async def aclose(self) -> None:
+        writer, reader = self._writer, self._reader
+        self._writer = self._reader = None
+        self._migrated = False
+        for link in (reader, writer):
+            if link is not None:
+                await link.close()
+
+    async def _link(self, *, reader: bool = False) -> _Link:
+        await self._connect()
+        link = self._reader if reader else self._writer
+        if link is None:
+            raise BackendUnavailable("the SQLite backend was closed")
+        return link
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations, one BEGIN IMMEDIATE transaction per file."""
+        await self._connect()
+        applied_now: list[str] = []
+        while (name := await self._write(sync.apply_next_migration)) is not None:
+            applied_now.append(name)
+        self._migrated = True
+        return applied_now
+
+    # -- running units of work ----------------------------------------------
+
+    async def _write(self, body: Callable[..., T], *args: Any) -> T:
+        """Run ``body(conn, q, now, *args)`` as one write transaction."""
+        link = await self._link()
+        q, deadline = self.q, link.deadline_seconds
+
+        def unit(conn: sqlite3.Connection) -> T:
+            return sync.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
+
+        return await link.run(unit)
+
+    async def _write_if(
+        self, probe: str, params: dict[str, Any], body: Callable[..., T], *args: Any
+    ) -> T | None:
+        """As :meth:`_write`, only when the autocommit ``probe`` finds a row."""
+        link = await self._link()
+        q, deadline = self.q, link.deadline_seconds
+
+        def unit(conn: sqlite3.Connection) -> T | None:
+            if not sync.read(conn, lambda c: sync.has_rows(c, q[probe], params), deadline):
+                return None
+            return sync.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
+
+        return await link.run(unit)
+
+    async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        link = await self._link(reader=True)
+        deadline = link.deadline_seconds
+        return await link.run(lambda conn: sync.read(conn, body, deadline))
+
+    async def _fetch(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
+        sql = self.q[name]
+        return await self._read(lambda c: c.execute(sql, params).fetchall())
+
+    # -- publish ---------------------------------------------------------
+
+    async def publish(
+        self, events: Sequence[OutgoingEvent], connection: Any = None
+    ) -> list[PublishResult]:
+        if connection is not None:
+            raise ConfigurationError(
+                "publish(connection=...) joins a caller's PostgreSQL transaction; the SQLite "
+                "backend has no such connection: publish without it"
+            )
+        if not events:
+            return []
+        results, types = await self._write(sync.publish, events)
+        if types:
+            self.wake_local(types)
+        return results
+
+    # -- subscriptions ---------------------------------------------------
+
+    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
+        return await self._write(sync.register, specs)
+
+    async def backfill(self, subscription_id: int, spec: SubscriptionSpec) -> None:
+        """Add deliveries for events of the subscription's type it does not have yet."""
+        await self._write(sync.backfill, subscription_id, spec)
+
+    # -- the delivery state machine -------------------------------------
+
+    async def claim(
+        self,
+        subscription_id: int,
+        limit: int,
+        lease_seconds: float,
+        worker_id: str,
+        ordered: bool = False,
+    ) -> list[ClaimedDelivery]:
+        token = str(uuid.uuid4())
+        params = {
+            "subscription_id": subscription_id, "limit": limit, "lease_seconds": lease_seconds,
+            "lease_token": token, "worker_id": worker_id,
+        }
+        probe = {"subscription_id": subscription_id}
+        pairs = await self._write_if("claim_probe", probe, sync.claim, params, ordered)
+        return [_claimed(p, subscription_id, token) for p in pairs or ()]
+
+    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
+        """Mark completed and insert follow-ups, in one transaction, for owned rows only."""
+        if not completions:
+            return set()
+        done, _results, types = await self._write(sync.complete, completions)
+        if types:
+            self.wake_local(types)
+        return done
+
+    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]:
+        if not failures:
+            return set()
+        return await self._write(sync.fail, failures)
+
+    async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
+        if not ids:
+            return 0
+        return await self._write(sync.release, ids, lease_token)
+
+    async def extend(
+        self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
+    ) -> set[DeliveryId]:
+        if not ids:
+            return set()
+        return await self._write(sync.extend, ids, lease_token, lease_seconds)
+
+    async def recover_expired(self, limit: int = 1000) -> int:
+        recovered = await self._write_if("recover_probe", {}, sync.recover_expired, limit)
+        return recovered or 0
+
+    async def next_run_in(self, subscription_id: int) -> float | None:
+        rows = await self._fetch("next_run_in", {"subscription_id": subscription_id})
+        value = rows[0][0] if rows else None
+        return None if value is None else float(value)
+
+    # -- wake-ups --------------------------------------------------------
+
+    async def run_listener(self) -> None:
+        """Poll ``PRAGMA data_version``; sweep when another connection committed."""
+        last, failures = None, 0
+        while True:
+            try:
+                version = (await self._fetch("data_version"))[0][0]
+            except BackendError as exc:
+                log.warning("polling %s for commits failed: %s", self.path, exc)
+                self.listener_ok, failures = False, failures + 1
+                self.listener_reconnects += 1
+                await anyio.sleep(min(5.0, 0.1 * 2**failures))
+                continue
+            self.listener_ok, failures = True, 0
+            if version != last:
+                self.wake_local({SWEEP})  # the first poll sweeps whatever was missed
+                last = version
+            await anyio.sleep(self.poll_interval_seconds)
+
+    async def wait_for_events(self, timeout: float) -> set[str]:
+        return await self._waker.wait(timeout)
+
+    def wake_local(self, event_types: set[str]) -> None:
+        """Wake this process's worker without touching the database."""
+        self._waker.push(event_types)
+
+    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
+        """Record the worker's heartbeat, then keep the WAL bounded."""
+        params = None if gone else {
+            "hostname": socket.gethostname(), "pid": os.getpid(),
+            "listener_ok": int(self.listener_ok), "listener_reconnects": self.listener_reconnects,
+        }
+        await self._write(sync.worker_beat, params, worker_id)
+        if not gone:
+            busy, _log, _done = await self._read(sync.checkpoint)
+            if busy:
+                log.debug("WAL checkpoint of %s deferred: readers or a writer in the way", self.path)
+
+    # -- operations ------------------------------------------------------
+
+    async def status(self) -> StatusReport:
+        q = self.q
+
+        def body(c: sqlite3.Connection) -> StatusReport:
+            workers = [dict(w) for w in c.execute(q["status_workers"]).fetchall()]
+            for w in workers:
+                w["started_at"], w["heartbeat_at"] = _time(w["started_at"]), _time(w["heartbeat_at"])
+                w["listener_ok"] = bool(w["listener_ok"])
+            return StatusReport(
+                rows=[dict(r) for r in c.execute(q["status"]).fetchall()],
+                oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
+                events=c.execute(q["status_events"]).fetchone()[0], workers=workers,
+            )
+
+        return await self._read(body)
+
+    async def show(self, delivery_id: int) -> DeliveryDetail:
+        rows = await self._fetch("detail", {"id": delivery_id})
+        if not rows:
+            raise NotFound(f"no delivery {delivery_id}")
+        history = await self._fetch("history", {"id": delivery_id})
+        return _detail(rows[0], [_attempt(h) for h in history])
+
+    async def list_dead(
+        self, flt: DeadLetterFilter, limit: int = 100, after_id: int = 0
+    ) -> list[DeliveryDetail]:
+        params = {**sync.filter_params(flt, _epoch(flt.since)), "after_id": after_id, "limit": limit}
+        return [_detail(r) for r in await self._fetch("list_dead", params)]
+
+    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        return await self._each_dead_batch(flt, batch_size, replay=True)
+
+    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        return await self._each_dead_batch(flt, batch_size, replay=False)
+
+    async def _each_dead_batch(self, flt: DeadLetterFilter, batch_size: int, *, replay: bool) -> int:
+        """Walk the matching dead rows by id, one short transaction per batch."""
+        total, after = 0, 0
+        base = {**sync.filter_params(flt, _epoch(flt.since)), "limit": batch_size}
+        while True:
+            params = {**base, "after_id": after}
+            moved, last, types = await self._write(sync.dead_batch, params, replay)
+            if types:
+                self.wake_local(types)
+            if last is None:
+                return total
+            total, after = total + moved, last
+
+    async def cancel(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        return await self._write(sync.cancel, ids)

@@ -23,28 +23,9 @@ import os
 
 import asyncpg
 
-from eventbus import Bus, Context, Event, RetryPolicy
+from eventbus import Bus, Context, RetryPolicy
 
-
-class Order(Event, event_type="fault.order"):
-    n: int
-    pad: str = ""
-
-
-class Audit(Event, event_type="fault.audit"):
-    n: int
-
-
-class FollowUp(Event, event_type="fault.followup"):
-    parent: str
-
-
-class Flaky(Event, event_type="fault.flaky"):
-    n: int
-
-
-class Hang(Event, event_type="fault.hang"):
-    n: int
+from .fault_events import Audit, Flaky, FollowUp, Hang, Order
 
 
 def _env_float(name: str, default: float) -> float:
