@@ -121,12 +121,19 @@ class Worker:
                 services.start_soon(self._housekeeping)
             services.start_soon(self._flusher)
             services.start_soon(self._heartbeat)
-            async with anyio.create_task_group() as handlers:
+            self._queue_in, self._queue_out = anyio.create_memory_object_stream[
+                tuple[Subscription, ClaimedDelivery]
+            ](max_buffer_size=math.inf)
+            async with self._queue_in, self._queue_out, anyio.create_task_group() as handlers:
                 self._handler_scope = handlers.cancel_scope
+                for _ in range(self.concurrency):
+                    handlers.start_soon(self._runner)
                 with anyio.CancelScope() as self._loop_scope:
                     if self._stopping:
                         self._loop_scope.cancel()
                     await self._claim_loop(handlers)
+                with anyio.CancelScope(shield=True):
+                    await self._release_unstarted()
                 await self._wait_for_handlers(self.grace_seconds)
                 handlers.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
@@ -217,7 +224,33 @@ class Worker:
                 delivery.lease_token, active.sub.lease_seconds, now
             )
             self._running += 1
-            handlers.start_soon(self._handle, active.sub, delivery)
+            self._queue_in.send_nowait((active.sub, delivery))
+
+    async def _runner(self) -> None:
+        """One of ``concurrency`` long-lived tasks that run handlers one at a time.
+
+        Cheaper than a task per delivery; the queue never holds more than the
+        free capacity, because claims ask for no more than that.
+        """
+        async for sub, delivery in self._queue_out:
+            await self._handle(sub, delivery)
+
+    async def _release_unstarted(self) -> None:
+        """On stop: hand back claimed deliveries no runner has started yet."""
+        by_token: dict[str, list[DeliveryId]] = {}
+        while True:
+            try:
+                _sub, delivery = self._queue_out.receive_nowait()
+            except anyio.WouldBlock:
+                break
+            by_token.setdefault(delivery.lease_token, []).append(delivery.id)
+            self._in_flight.pop(delivery.id, None)
+            self._running -= 1
+        for token, ids in by_token.items():
+            try:
+                await self.backend.release(ids, token)
+            except BackendError as exc:
+                log.warning("could not release %d deliveries (their leases will): %s", len(ids), exc)
 
     # -- running one delivery ------------------------------------------------------
 
@@ -250,16 +283,25 @@ class Worker:
             return self._failure(sub, delivery, exc, started, dead=True)
         ctx = Context(delivery, sub.name, self.bus.outgoing)
         try:
-            with anyio.move_on_after(sub.timeout_seconds or math.inf) as scope:
-                await sub.handler(event, ctx)
+            timed_out = await self._call(sub, event, ctx)
         except Retry as exc:
             return self._failure(sub, delivery, exc, started, delay=exc.delay)
         except Exception as exc:
             return self._failure(sub, delivery, exc, started)
-        if scope.cancelled_caught:
+        if timed_out:
             timeout = HandlerTimeout(f"handler ran past its timeout of {sub.timeout_seconds}s")
             return self._failure(sub, delivery, timeout, started)
         return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups))
+
+    @staticmethod
+    async def _call(sub: Subscription, event: Event, ctx: Context) -> bool:
+        """Run the handler; return True when it ran past its timeout."""
+        if sub.timeout_seconds is None:  # no cancel scope on the hot path
+            await sub.handler(event, ctx)
+            return False
+        with anyio.move_on_after(sub.timeout_seconds) as scope:
+            await sub.handler(event, ctx)
+        return scope.cancelled_caught
 
     def _decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
         if delivery.event_type != sub.event_type:
