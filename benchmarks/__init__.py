@@ -1,0 +1,1 @@
+"""Benchmarks: scripts, not tests. See benchmarks/README.md."""
