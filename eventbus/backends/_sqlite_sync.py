@@ -1,30 +1,30 @@
-"""The synchronous half of the SQLite backend.
+"""The units of work of the SQLite backend, and row conversions.
 
-Each function here is one whole unit of work on a :class:`sqlite3.Connection`
-and runs on that connection's worker thread, so nothing is awaited while a
-write transaction is open. Writes go through :func:`write`: ``BEGIN
-IMMEDIATE`` (take the write lock before reading anything, so two writers can
-never deadlock upgrading a read lock), one time stamp from the database clock,
-the body, ``COMMIT``. A busy database is retried with backoff until a
-deadline; "database is locked" never reaches a caller.
+Each write function here is the body of one transaction: it takes the
+connection, the queries and ``now`` (the database clock at BEGIN IMMEDIATE),
+and runs on the connection's worker thread through
+:func:`._sqlite_conn.write`, so nothing is awaited while the write lock is held.
+Times are stored as REAL epoch seconds and returned as aware UTC datetimes.
 """
 
 from __future__ import annotations
 
-import logging
-import random
 import sqlite3
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
 from .. import migrate as migrations
-from ..errors import BackendUnavailable, PublishError, RegistrationError
+from ..errors import PublishError, RegistrationError
+from ._sqlite_conn import Queries
 from .base import (
+    AttemptRecord,
+    ClaimedDelivery,
     Completion,
     DeadLetterFilter,
+    DeliveryDetail,
     DeliveryId,
     EventId,
     Failure,
@@ -33,113 +33,7 @@ from .base import (
     SubscriptionSpec,
 )
 
-__all__ = ["Queries", "is_busy", "read", "write"]
-
-log = logging.getLogger("eventbus.sqlite")
-
-T = TypeVar("T")
-Queries = dict[str, str]
 Row = sqlite3.Row
-
-_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
-_SYNCHRONOUS = {
-    "FULL": "PRAGMA synchronous = FULL",
-    "NORMAL": "PRAGMA synchronous = NORMAL",
-    "EXTRA": "PRAGMA synchronous = EXTRA",
-}
-
-
-def is_busy(exc: BaseException) -> bool:
-    """Whether ``exc`` means another connection holds a lock we need."""
-    return isinstance(exc, sqlite3.OperationalError) and (
-        getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES
-        or "database is locked" in str(exc)
-    )
-
-
-# -- connections --------------------------------------------------------------
-
-
-def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    """Open one connection in autocommit mode: transactions are explicit."""
-    conn = sqlite3.connect(
-        path, timeout=busy_timeout_ms / 1000, isolation_level=None,
-        check_same_thread=False, cached_statements=256,
-    )
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(_SYNCHRONOUS[synchronous])
-        # After a checkpoint resets the WAL, truncate the file back to 64 MiB.
-        conn.execute("PRAGMA journal_size_limit = 67108864")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def enable_wal(conn: sqlite3.Connection) -> str:
-    """Switch the file to WAL (persistent): readers never block the writer."""
-    mode: str = read(conn, lambda c: c.execute("PRAGMA journal_mode = WAL").fetchone()[0], 30.0)
-    if mode.lower() != "wal":
-        log.warning("SQLite refused WAL mode (%s); concurrent access will be slower", mode)
-    return mode
-
-
-def checkpoint(conn: sqlite3.Connection) -> tuple[int, int, int]:
-    """Copy the WAL into the database and truncate it, if no reader is in the way."""
-    row = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    return (int(row[0]), int(row[1]), int(row[2]))
-
-
-def _backoff(attempt: int) -> float:
-    return random.uniform(0.5, 1.0) * min(0.25, 0.005 * 2.0**attempt)
-
-
-def _retry_busy(body: Callable[[], T], deadline_seconds: float) -> T:
-    deadline = time.monotonic() + deadline_seconds
-    attempt = 0
-    while True:
-        try:
-            return body()
-        except sqlite3.OperationalError as exc:
-            if not is_busy(exc):
-                raise
-            if time.monotonic() >= deadline:
-                raise BackendUnavailable(
-                    f"the SQLite database stayed locked for {deadline_seconds:.0f}s "
-                    "(another process holds a long write transaction?)"
-                ) from exc
-        attempt += 1
-        time.sleep(_backoff(attempt))
-
-
-def read(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T],
-         deadline_seconds: float) -> T:
-    """Run a read (autocommit statements), retrying while the file is busy."""
-    return _retry_busy(lambda: body(conn), deadline_seconds)
-
-
-def write(
-    conn: sqlite3.Connection,
-    q: Queries,
-    body: Callable[[sqlite3.Connection, float], T],
-    deadline_seconds: float,
-) -> T:
-    """Run ``body(conn, now)`` in one BEGIN IMMEDIATE transaction, retried while busy."""
-
-    def once() -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            now: float = conn.execute(q["now"]).fetchone()[0]
-            result = body(conn, now)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        return result
-
-    return _retry_busy(once, deadline_seconds)
 
 
 def _all(conn: sqlite3.Connection, sql: str, params: Any = ()) -> list[Row]:
@@ -149,6 +43,55 @@ def _all(conn: sqlite3.Connection, sql: str, params: Any = ()) -> list[Row]:
 
 def _ids_json(ids: Sequence[int]) -> str:
     return orjson.dumps([int(i) for i in ids]).decode()
+
+
+def to_time(epoch_seconds: float) -> datetime:
+    return datetime.fromtimestamp(epoch_seconds, UTC)
+
+
+def to_epoch(value: datetime | None) -> float | None:
+    if value is None:
+        return None
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+def headers_of(text: str | None) -> dict[str, str]:
+    if not text or text == "{}":
+        return {}
+    value = orjson.loads(text)
+    return value if isinstance(value, dict) else {}
+
+
+def detail_of(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
+    return DeliveryDetail(
+        id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
+        subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
+        attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
+        headers=headers_of(row["headers"]), correlation_id=row["correlation_id"],
+        causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
+        run_at=to_time(row["run_at"]), updated_at=to_time(row["updated_at"]),
+        created_at=to_time(row["created_at"]), history=history,
+    )
+
+
+def attempt_of(row: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(
+        attempt=row[0], error_type=row[1], message=row[2], traceback=row[3],
+        duration_seconds=float(row[4]), worker_id=row[5], failed_at=to_time(row[6]),
+    )
+
+
+def claimed_of(
+    pair: tuple[sqlite3.Row, sqlite3.Row], subscription_id: int, token: str
+) -> ClaimedDelivery:
+    d, e = pair
+    return ClaimedDelivery(
+        id=DeliveryId(d["id"]), event_id=EventId(d["event_id"]), subscription_id=subscription_id,
+        attempts=d["attempts"], lease_token=token, event_type=e["event_type"],
+        payload=bytes(e["payload"]), headers=headers_of(e["headers"]), key=e["key"],
+        correlation_id=e["correlation_id"], ordering_key=d["ordering_key"],
+        created_at=to_time(e["created_at"]),
+    )
 
 
 # -- migrations ------------------------------------------------------------------

@@ -16,41 +16,34 @@ polling (every ``poll_interval_seconds``) instead of LISTEN/NOTIFY.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import socket
 import sqlite3
-import urllib.parse
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-import orjson
 
 from .. import migrate as migrations
 from ..errors import (
     BackendError,
     BackendUnavailable,
     ConfigurationError,
-    EventBusError,
     NotFound,
-    SchemaNotMigrated,
 )
 from ..sql import load_queries
+from . import _sqlite_conn as sqlconn
 from . import _sqlite_sync as sync
 from .base import (
-    AttemptRecord,
     ClaimedDelivery,
     Completion,
     DeadLetterFilter,
     DeliveryDetail,
     DeliveryId,
-    EventId,
     Failure,
     OutgoingEvent,
     PublishResult,
@@ -59,99 +52,15 @@ from .base import (
 )
 from .listener import SWEEP
 
-__all__ = ["SQLiteBackend", "parse_dsn"]
+__all__ = ["SQLiteBackend"]
 
 log = logging.getLogger("eventbus.sqlite")
 
 T = TypeVar("T")
 
 _MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING
-_CANTOPEN = 14
 _READER_BUSY_TIMEOUT_MS = 250  # short, so a checkpoint never stalls the poller
-
-
-@contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Map sqlite3 errors to eventbus errors, keeping the cause."""
-    try:
-        yield
-    except EventBusError:
-        raise
-    except sqlite3.OperationalError as exc:
-        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-        if "no such table" in str(exc):
-            raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
-        if code == _CANTOPEN or "unable to open" in str(exc):
-            raise BackendUnavailable(f"cannot open the SQLite database: {exc}") from exc
-        if sync.is_busy(exc):
-            raise BackendUnavailable(f"the SQLite database is busy: {exc}") from exc
-        raise BackendError(f"SQLite refused the operation: {exc}") from exc
-    except sqlite3.Error as exc:
-        raise BackendError(f"SQLite refused the operation: {exc}") from exc
-
-
-def parse_dsn(dsn: str) -> str:
-    """Return the absolute file path of ``sqlite:///relative.db`` or ``sqlite:////abs.db``."""
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
-        raise ConfigurationError(
-            f"invalid SQLite DSN {dsn!r}: use sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db (options are keyword arguments, not query strings)"
-        )
-    path = urllib.parse.unquote(parts.path[1:])
-    if not path or path == ":memory:":
-        raise ConfigurationError(
-            f"invalid SQLite DSN {dsn!r}: name a file (an in-memory database cannot be "
-            "shared by the connections and processes of a bus; use a temporary file)"
-        )
-    return os.path.abspath(path)
-
-
-def _time(epoch_seconds: float) -> datetime:
-    return datetime.fromtimestamp(epoch_seconds, UTC)
-
-
-def _epoch(value: datetime | None) -> float | None:
-    if value is None:
-        return None
-    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-
-
-def _headers(text: str | None) -> dict[str, str]:
-    if not text or text == "{}":
-        return {}
-    value = orjson.loads(text)
-    return value if isinstance(value, dict) else {}
-
-
-def _detail(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
-    return DeliveryDetail(
-        id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
-        subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
-        attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
-        headers=_headers(row["headers"]), correlation_id=row["correlation_id"],
-        causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
-        run_at=_time(row["run_at"]), updated_at=_time(row["updated_at"]),
-        created_at=_time(row["created_at"]), history=history,
-    )
-
-
-def _attempt(row: sqlite3.Row) -> AttemptRecord:
-    return AttemptRecord(
-        attempt=row[0], error_type=row[1], message=row[2], traceback=row[3],
-        duration_seconds=float(row[4]), worker_id=row[5], failed_at=_time(row[6]),
-    )
-
-
-def _claimed(pair: tuple[sqlite3.Row, sqlite3.Row], subscription_id: int, token: str) -> ClaimedDelivery:
-    d, e = pair
-    return ClaimedDelivery(
-        id=DeliveryId(d["id"]), event_id=EventId(d["event_id"]), subscription_id=subscription_id,
-        attempts=d["attempts"], lease_token=token, event_type=e["event_type"],
-        payload=bytes(e["payload"]), headers=_headers(e["headers"]), key=e["key"],
-        correlation_id=e["correlation_id"], ordering_key=d["ordering_key"],
-        created_at=_time(e["created_at"]),
-    )
+_CHECKPOINT_EVERY_WRITES = 1000
 
 
 class _Waker:
@@ -173,27 +82,6 @@ class _Waker:
         woken, self._pending = self._pending, set()
         self._wake = anyio.Event()
         return woken
-
-
-class _Link:
-    """One sqlite3 connection, used by one thread call at a time."""
-
-    def __init__(self, conn: sqlite3.Connection, deadline_seconds: float) -> None:
-        self.conn = conn
-        self.deadline_seconds = deadline_seconds
-        self._lock = anyio.Lock()
-        self._limiter = anyio.CapacityLimiter(1)
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # Not cancellable once started: a transaction always runs to its end.
-        async with self._lock:
-            with translate_errors():
-                return await anyio.to_thread.run_sync(fn, self.conn, limiter=self._limiter)
-
-    async def close(self) -> None:
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                await anyio.to_thread.run_sync(self.conn.close, limiter=self._limiter)
 
 
 class SQLiteBackend:
@@ -224,7 +112,7 @@ class SQLiteBackend:
         if busy_timeout_ms < 0:
             raise ConfigurationError("busy_timeout_ms cannot be negative")
         self.dsn = dsn
-        self.path = parse_dsn(dsn)
+        self.path = sqlconn.parse_dsn(dsn)
         self.notify_channel = f"sqlite:{self.path}"
         self.synchronous = synchronous.upper()
         self.busy_timeout_ms = busy_timeout_ms
@@ -234,9 +122,10 @@ class SQLiteBackend:
         self.q = load_queries("sqlite.sql", "main")
         self.listener_ok = False
         self.listener_reconnects = 0
-        self._writer: _Link | None = None
-        self._reader: _Link | None = None
+        self._writer: sqlconn.Link | None = None
+        self._reader: sqlconn.Link | None = None
         self._migrated = False
+        self._writes = 0
         self._open_lock = anyio.Lock()
         self._waker = _Waker()
 
@@ -244,38 +133,55 @@ class SQLiteBackend:
 
     async def open(self) -> None:
         """Connect, and apply pending migrations the first time."""
-        await self._connect()
-        if not self._migrated:
-            writer = await self._link()
-            applied = await writer.run(functools.partial(sync.applied_migrations, q=self.q))
-            if applied is None or migrations.pending(migrations.discover("sqlite"), applied):
-                await self.migrate()
-            self._migrated = True
-
-    async def _connect(self) -> None:
-        if self._writer is not None:
+        if self._migrated:
             return
         async with self._open_lock:
-            if self._writer is not None:
+            if self._migrated:
                 return
-            if sqlite3.sqlite_version_info < _MIN_VERSION:
-                raise ConfigurationError(
-                    f"SQLite {sqlite3.sqlite_version} is too old: eventbus needs 3.35 or newer"
-                )
-            writer = await self._new_link(self.busy_timeout_ms)
-            try:
-                await writer.run(sync.enable_wal)
-                self._reader = await self._new_link(_READER_BUSY_TIMEOUT_MS)
-            except BaseException:
-                await writer.close()
-                raise
-            self._writer = writer
+            writer = await self._connect()
+            read_applied = functools.partial(sync.applied_migrations, q=self.q)
+            deadline = writer.deadline_seconds
+            applied = await writer.run(lambda c: sqlconn.read(c, read_applied, deadline))
+            if applied is None or migrations.pending(migrations.discover("sqlite"), applied):
+                await self._apply_migrations(writer)
+            self._migrated = True
 
-    async def _new_link(self, busy_timeout_ms: int) -> _Link:
-        connect = functools.partial(sync.connect, self.path, self.synchronous, busy_timeout_ms)
-        with translate_errors():
+    async def migrate(self) -> list[str]:
+        """Apply pending migrations, one BEGIN IMMEDIATE transaction per file."""
+        async with self._open_lock:
+            names = await self._apply_migrations(await self._connect())
+            self._migrated = True
+        return names
+
+    async def _apply_migrations(self, writer: sqlconn.Link) -> list[str]:
+        names: list[str] = []
+        while (name := await self._write_on(writer, sync.apply_next_migration)) is not None:
+            names.append(name)
+        return names
+
+    async def _connect(self) -> sqlconn.Link:
+        """The writer link, connecting both links first if needed (under _open_lock)."""
+        if self._writer is not None:
+            return self._writer
+        if sqlite3.sqlite_version_info < _MIN_VERSION:
+            raise ConfigurationError(
+                f"SQLite {sqlite3.sqlite_version} is too old: eventbus needs 3.35 or newer"
+            )
+        writer = await self._new_link(self.busy_timeout_ms)
+        try:
+            await writer.run(sqlconn.enable_wal)
+            self._reader = await self._new_link(_READER_BUSY_TIMEOUT_MS)
+        except BaseException:
+            await writer.close()
+            raise
+        self._writer = writer
+        return writer
+
+    async def _new_link(self, busy_timeout_ms: int) -> sqlconn.Link:
+        connect = functools.partial(sqlconn.connect, self.path, self.synchronous, busy_timeout_ms)
+        with sqlconn.translate_errors():
             conn = await anyio.to_thread.run_sync(connect)
-        return _Link(conn, self.lock_deadline_seconds)
+        return sqlconn.Link(conn, self.lock_deadline_seconds)
 
     async def aclose(self) -> None:
         writer, reader = self._writer, self._reader
@@ -285,52 +191,66 @@ class SQLiteBackend:
             if link is not None:
                 await link.close()
 
-    async def _link(self, *, reader: bool = False) -> _Link:
-        await self._connect()
+    async def _link(self, *, reader: bool = False) -> sqlconn.Link:
+        await self.open()
         link = self._reader if reader else self._writer
         if link is None:
             raise BackendUnavailable("the SQLite backend was closed")
         return link
 
-    async def migrate(self) -> list[str]:
-        """Apply pending migrations, one BEGIN IMMEDIATE transaction per file."""
-        await self._connect()
-        applied_now: list[str] = []
-        while (name := await self._write(sync.apply_next_migration)) is not None:
-            applied_now.append(name)
-        self._migrated = True
-        return applied_now
-
     # -- running units of work ----------------------------------------------
 
     async def _write(self, body: Callable[..., T], *args: Any) -> T:
         """Run ``body(conn, q, now, *args)`` as one write transaction."""
-        link = await self._link()
-        q, deadline = self.q, link.deadline_seconds
+        return await self._write_on(await self._link(), body, *args)
 
-        def unit(conn: sqlite3.Connection) -> T:
-            return sync.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
-
-        return await link.run(unit)
+    async def _write_on(self, link: sqlconn.Link, body: Callable[..., T], *args: Any) -> T:
+        result = await link.run(self._transaction(link, body, args))
+        await self._wrote()
+        return result
 
     async def _write_if(
         self, probe: str, params: dict[str, Any], body: Callable[..., T], *args: Any
     ) -> T | None:
-        """As :meth:`_write`, only when the autocommit ``probe`` finds a row."""
+        """As :meth:`_write`, only when the autocommit ``probe`` finds a row.
+
+        Spares the file's write lock, which every process contends for, when
+        there is nothing to do.
+        """
         link = await self._link()
-        q, deadline = self.q, link.deadline_seconds
+        sql, deadline = self.q[probe], link.deadline_seconds
+        transaction = self._transaction(link, body, args)
 
         def unit(conn: sqlite3.Connection) -> T | None:
-            if not sync.read(conn, lambda c: sync.has_rows(c, q[probe], params), deadline):
+            if not sqlconn.read(conn, lambda c: sync.has_rows(c, sql, params), deadline):
                 return None
-            return sync.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
+            return transaction(conn)
 
-        return await link.run(unit)
+        result = await link.run(unit)
+        if result is not None:
+            await self._wrote()
+        return result
+
+    def _transaction(
+        self, link: sqlconn.Link, body: Callable[..., T], args: tuple[Any, ...]
+    ) -> Callable[[sqlite3.Connection], T]:
+        q, deadline = self.q, link.deadline_seconds
+        return lambda conn: sqlconn.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
+
+    async def _wrote(self) -> None:
+        """Count commits; every so often, truncate the WAL so it stays bounded."""
+        self._writes += 1
+        if self._writes % _CHECKPOINT_EVERY_WRITES == 0:
+            await self._checkpoint()
+
+    async def _checkpoint(self) -> None:
+        if not await self._read(sqlconn.checkpoint):
+            log.debug("WAL checkpoint of %s deferred: a reader or writer was in the way", self.path)
 
     async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         link = await self._link(reader=True)
         deadline = link.deadline_seconds
-        return await link.run(lambda conn: sync.read(conn, body, deadline))
+        return await link.run(lambda conn: sqlconn.read(conn, body, deadline))
 
     async def _fetch(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
         sql = self.q[name]
@@ -379,7 +299,7 @@ class SQLiteBackend:
         }
         probe = {"subscription_id": subscription_id}
         pairs = await self._write_if("claim_probe", probe, sync.claim, params, ordered)
-        return [_claimed(p, subscription_id, token) for p in pairs or ()]
+        return [sync.claimed_of(p, subscription_id, token) for p in pairs or ()]
 
     async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
         """Mark completed and insert follow-ups, in one transaction, for owned rows only."""
@@ -451,9 +371,7 @@ class SQLiteBackend:
         }
         await self._write(sync.worker_beat, params, worker_id)
         if not gone:
-            busy, _log, _done = await self._read(sync.checkpoint)
-            if busy:
-                log.debug("WAL checkpoint of %s deferred: readers or a writer in the way", self.path)
+            await self._checkpoint()
 
     # -- operations ------------------------------------------------------
 
@@ -463,7 +381,8 @@ class SQLiteBackend:
         def body(c: sqlite3.Connection) -> StatusReport:
             workers = [dict(w) for w in c.execute(q["status_workers"]).fetchall()]
             for w in workers:
-                w["started_at"], w["heartbeat_at"] = _time(w["started_at"]), _time(w["heartbeat_at"])
+                w["started_at"] = sync.to_time(w["started_at"])
+                w["heartbeat_at"] = sync.to_time(w["heartbeat_at"])
                 w["listener_ok"] = bool(w["listener_ok"])
             return StatusReport(
                 rows=[dict(r) for r in c.execute(q["status"]).fetchall()],
@@ -478,13 +397,13 @@ class SQLiteBackend:
         if not rows:
             raise NotFound(f"no delivery {delivery_id}")
         history = await self._fetch("history", {"id": delivery_id})
-        return _detail(rows[0], [_attempt(h) for h in history])
+        return sync.detail_of(rows[0], [sync.attempt_of(h) for h in history])
 
     async def list_dead(
         self, flt: DeadLetterFilter, limit: int = 100, after_id: int = 0
     ) -> list[DeliveryDetail]:
-        params = {**sync.filter_params(flt, _epoch(flt.since)), "after_id": after_id, "limit": limit}
-        return [_detail(r) for r in await self._fetch("list_dead", params)]
+        params = {**sync.filter_params(flt, sync.to_epoch(flt.since)), "after_id": after_id, "limit": limit}
+        return [sync.detail_of(r) for r in await self._fetch("list_dead", params)]
 
     async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
         return await self._each_dead_batch(flt, batch_size, replay=True)
@@ -495,7 +414,7 @@ class SQLiteBackend:
     async def _each_dead_batch(self, flt: DeadLetterFilter, batch_size: int, *, replay: bool) -> int:
         """Walk the matching dead rows by id, one short transaction per batch."""
         total, after = 0, 0
-        base = {**sync.filter_params(flt, _epoch(flt.since)), "limit": batch_size}
+        base = {**sync.filter_params(flt, sync.to_epoch(flt.since)), "limit": batch_size}
         while True:
             params = {**base, "after_id": after}
             moved, last, types = await self._write(sync.dead_batch, params, replay)

@@ -1,0 +1,213 @@
+"""Connections of the SQLite backend: opening, busy retries, error mapping.
+
+A :class:`Link` is one sqlite3 connection driven from a worker thread, one
+call at a time. :func:`write` runs a whole unit of work in one ``BEGIN
+IMMEDIATE`` transaction (the write lock is taken before anything is read, so
+two writers can never deadlock upgrading a read lock) with one time stamp from
+the database clock. A busy file is retried with backoff until a deadline;
+"database is locked" never reaches a caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import sqlite3
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ..errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    EventBusError,
+    SchemaNotMigrated,
+)
+
+__all__ = [
+    "Link", "Queries", "checkpoint", "connect", "enable_wal", "is_busy", "parse_dsn", "read",
+    "translate_errors", "write",
+]
+
+log = logging.getLogger("eventbus.sqlite")
+
+T = TypeVar("T")
+Queries = dict[str, str]
+
+_CANTOPEN = 14
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+_SYNCHRONOUS = {
+    "FULL": "PRAGMA synchronous = FULL",
+    "NORMAL": "PRAGMA synchronous = NORMAL",
+    "EXTRA": "PRAGMA synchronous = EXTRA",
+}
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` means another connection holds a lock we need."""
+    return isinstance(exc, sqlite3.OperationalError) and (
+        getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES
+        or "database is locked" in str(exc)
+    )
+
+
+# -- connections --------------------------------------------------------------
+
+
+def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open one connection in autocommit mode: transactions are explicit."""
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_ms / 1000, isolation_level=None,
+        check_same_thread=False, cached_statements=256,
+    )
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute(_SYNCHRONOUS[synchronous])
+        # After a checkpoint resets the WAL, truncate the file back to 64 MiB.
+        conn.execute("PRAGMA journal_size_limit = 67108864")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def enable_wal(conn: sqlite3.Connection) -> str:
+    """Switch the file to WAL (persistent): readers never block the writer."""
+    mode: str = read(conn, lambda c: c.execute("PRAGMA journal_mode = WAL").fetchone()[0], 30.0)
+    if mode.lower() != "wal":
+        log.warning("SQLite refused WAL mode (%s); concurrent access will be slower", mode)
+    return mode
+
+
+def checkpoint(conn: sqlite3.Connection) -> bool:
+    """Copy the WAL into the database and truncate it; False when something was in the way.
+
+    Run on a connection with a short busy timeout: under load this is what keeps
+    the WAL from growing (the automatic PASSIVE checkpoints may never catch up),
+    and a busy file only postpones it.
+    """
+    try:
+        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+    except sqlite3.OperationalError as exc:
+        if not is_busy(exc):
+            raise
+        return False
+    return not busy
+
+
+def _backoff(attempt: int) -> float:
+    return random.uniform(0.5, 1.0) * min(0.25, 0.005 * 2.0**attempt)
+
+
+def _retry_busy(body: Callable[[], T], deadline_seconds: float) -> T:
+    deadline = time.monotonic() + deadline_seconds
+    attempt = 0
+    while True:
+        try:
+            return body()
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise BackendUnavailable(
+                    f"the SQLite database stayed locked for {deadline_seconds:.0f}s "
+                    "(another process holds a long write transaction?)"
+                ) from exc
+        attempt += 1
+        time.sleep(_backoff(attempt))
+
+
+def read(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T],
+         deadline_seconds: float) -> T:
+    """Run a read (autocommit statements), retrying while the file is busy."""
+    return _retry_busy(lambda: body(conn), deadline_seconds)
+
+
+def write(
+    conn: sqlite3.Connection,
+    q: Queries,
+    body: Callable[[sqlite3.Connection, float], T],
+    deadline_seconds: float,
+) -> T:
+    """Run ``body(conn, now)`` in one BEGIN IMMEDIATE transaction, retried while busy."""
+
+    def once() -> T:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            now: float = conn.execute(q["now"]).fetchone()[0]
+            result = body(conn, now)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    return _retry_busy(once, deadline_seconds)
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map sqlite3 errors to eventbus errors, keeping the cause."""
+    try:
+        yield
+    except EventBusError:
+        raise
+    except sqlite3.OperationalError as exc:
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+        if "no such table" in str(exc):
+            raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+        if code == _CANTOPEN or "unable to open" in str(exc):
+            raise BackendUnavailable(f"cannot open the SQLite database: {exc}") from exc
+        if is_busy(exc):
+            raise BackendUnavailable(f"the SQLite database is busy: {exc}") from exc
+        raise BackendError(f"SQLite refused the operation: {exc}") from exc
+    except sqlite3.Error as exc:
+        raise BackendError(f"SQLite refused the operation: {exc}") from exc
+
+
+def parse_dsn(dsn: str) -> str:
+    """Return the absolute file path of ``sqlite:///relative.db`` or ``sqlite:////abs.db``."""
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
+        raise ConfigurationError(
+            f"invalid SQLite DSN {dsn!r}: use sqlite:///relative/path.db or "
+            "sqlite:////absolute/path.db (options are keyword arguments, not query strings)"
+        )
+    path = urllib.parse.unquote(parts.path[1:])
+    if not path or path == ":memory:":
+        raise ConfigurationError(
+            f"invalid SQLite DSN {dsn!r}: name a file (an in-memory database cannot be "
+            "shared by the connections and processes of a bus; use a temporary file)"
+        )
+    return os.path.abspath(path)
+
+
+class Link:
+    """One sqlite3 connection, used by one thread call at a time."""
+
+    def __init__(self, conn: sqlite3.Connection, deadline_seconds: float) -> None:
+        self.conn = conn
+        self.deadline_seconds = deadline_seconds
+        self._lock = anyio.Lock()
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        # Not cancellable once started: a transaction always runs to its end.
+        async with self._lock:
+            with translate_errors():
+                return await anyio.to_thread.run_sync(fn, self.conn, limiter=self._limiter)
+
+    async def close(self) -> None:
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                await anyio.to_thread.run_sync(self.conn.close, limiter=self._limiter)
+
+
