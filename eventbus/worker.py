@@ -388,6 +388,9 @@ class Worker:
                 ok = False
             else:
                 self._settle_results([f.delivery_id for f in failures], failed, "failure")
+                if any(not f.dead and f.delivery_id in failed for f in failures):
+                    # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
+                    self.backend.wake_local({SWEEP})
         if not ok:
             await anyio.sleep(0.5)
             self._flush_wanted.set()

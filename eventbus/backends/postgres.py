@@ -54,6 +54,7 @@ _UNAVAILABLE = (
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a pooled connection left mid-operation by a server restart
 )
 
 
