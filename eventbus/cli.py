@@ -56,12 +56,14 @@ def migrate(obj: Obj) -> None:
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--poll-interval", default=5.0, show_default=True, help="Slow poll, seconds.")
 @click.option("--grace", default=10.0, show_default=True, help="Shutdown grace, seconds.")
+@click.option("--recovery-interval", default=1.0, show_default=True,
+              help="Seconds between sweeps for expired leases.")
 @click.option("--subscription", "subscriptions", multiple=True, help="Serve only these.")
 @click.option("--migrate/--no-migrate", "run_migrate", default=False, help="Migrate first.")
 @click.pass_obj
 def worker(obj: Obj, app: str, concurrency: int, batch_size: int, burst: bool,
-           poll_interval: float, grace: float, subscriptions: tuple[str, ...],
-           run_migrate: bool) -> None:
+           poll_interval: float, grace: float, recovery_interval: float,
+           subscriptions: tuple[str, ...], run_migrate: bool) -> None:
     """Run the handlers of APP (module:bus) until SIGTERM/SIGINT."""
 
     async def go() -> int:
@@ -73,6 +75,7 @@ def worker(obj: Obj, app: str, concurrency: int, batch_size: int, burst: bool,
                 await bus.migrate()
             w = Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=burst,
                        poll_interval_seconds=poll_interval, grace_seconds=grace,
+                       recovery_interval_seconds=recovery_interval,
                        subscriptions=subscriptions or None)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signals, w, tg.cancel_scope)
