@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from eventbus import Context, DeadLetter, Retry, RetryPolicy
+from eventbus import Context, DeadLetter, Envelope, Retry, RetryPolicy
 from eventbus.backends.base import Completion
 
 from ..helpers import FAST, OrderPlaced, PaymentRequested, Shipped, counts, drain
@@ -245,3 +245,30 @@ async def test_ordered_subscription_processes_one_per_key(bus) -> None:
     await bus.backend.release([d.id for d in second], second[0].lease_token)
     await drain(bus)
     assert (await counts(bus))[("per-customer", "completed")] == 6
+
+
+async def test_ordered_key_never_runs_twice_at_once_across_workers(bus) -> None:
+    running: set[str] = set()
+    overlaps: list[str] = []
+    done: list[str] = []
+
+    @bus.subscribe(OrderPlaced, name="pipeline", ordered=True)
+    async def pipeline(event: OrderPlaced, ctx: Context) -> None:
+        key = event.order_id.split(":")[0]
+        if key in running:
+            overlaps.append(key)
+        running.add(key)
+        await anyio.sleep(0.005)
+        running.discard(key)
+        done.append(event.order_id)
+
+    await drain(bus)
+    await bus.publish_many([
+        Envelope(OrderPlaced(order_id=f"c{c}:{i}"), ordering_key=f"c{c}")
+        for i in range(10) for c in range(4)
+    ])
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(drain, bus)
+    assert overlaps == []
+    assert len(done) == 40
