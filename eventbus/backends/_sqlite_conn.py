@@ -18,7 +18,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -32,8 +32,8 @@ from ..errors import (
 )
 
 __all__ = [
-    "Link", "Queries", "checkpoint", "connect", "enable_wal", "is_busy", "parse_dsn", "read",
-    "translate_errors", "write",
+    "DsnOptions", "Link", "Queries", "checkpoint", "connect", "enable_wal", "file_size", "is_busy",
+    "parse_dsn", "read", "translate_errors", "write",
 ]
 
 log = logging.getLogger("eventbus.sqlite")
@@ -100,6 +100,14 @@ def checkpoint(conn: sqlite3.Connection) -> bool:
             raise
         return False
     return not busy
+
+
+def file_size(path: str) -> int:
+    """Size of a file in bytes, 0 when it does not exist."""
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
 
 
 def _backoff(attempt: int) -> float:
@@ -173,13 +181,29 @@ def translate_errors() -> Iterator[None]:
         raise BackendError(f"SQLite refused the operation: {exc}") from exc
 
 
-def parse_dsn(dsn: str) -> str:
-    """Return the absolute file path of ``sqlite:///relative.db`` or ``sqlite:////abs.db``."""
+class DsnOptions(NamedTuple):
+    """What a SQLite DSN names: the file and the options of its query string."""
+
+    path: str
+    synchronous: str | None = None
+    busy_timeout_ms: int | None = None
+
+
+_DSN_OPTIONS = ("synchronous", "busy_timeout_ms")
+
+
+def parse_dsn(dsn: str) -> DsnOptions:
+    """Parse ``sqlite:///relative.db`` or ``sqlite:////abs.db[?synchronous=NORMAL&busy_timeout_ms=5000]``.
+
+    The path comes back absolute. Options are ``synchronous`` (``FULL``,
+    ``NORMAL`` or ``EXTRA``) and ``busy_timeout_ms`` (a non-negative integer);
+    anything else, a repeated option or a malformed value is refused.
+    """
     parts = urllib.parse.urlsplit(dsn)
-    if parts.scheme != "sqlite" or parts.netloc or parts.query or parts.fragment:
+    if parts.scheme != "sqlite" or parts.netloc or parts.fragment:
         raise ConfigurationError(
             f"invalid SQLite DSN {dsn!r}: use sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db (options are keyword arguments, not query strings)"
+            "sqlite:////absolute/path.db[?synchronous=NORMAL&busy_timeout_ms=5000]"
         )
     path = urllib.parse.unquote(parts.path[1:])
     if not path or path == ":memory:":
@@ -187,7 +211,37 @@ def parse_dsn(dsn: str) -> str:
             f"invalid SQLite DSN {dsn!r}: name a file (an in-memory database cannot be "
             "shared by the connections and processes of a bus; use a temporary file)"
         )
-    return os.path.abspath(path)
+    options = _dsn_options(dsn, parts.query)
+    return DsnOptions(os.path.abspath(path), **options)
+
+
+def _dsn_options(dsn: str, query: str) -> dict[str, Any]:
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid SQLite DSN {dsn!r}: malformed options ({exc})") from exc
+    options: dict[str, Any] = {}
+    for name, value in pairs:
+        if name not in _DSN_OPTIONS:
+            raise ConfigurationError(
+                f"invalid SQLite DSN {dsn!r}: unknown option {name!r} "
+                f"(known: {', '.join(_DSN_OPTIONS)})"
+            )
+        if name in options:
+            raise ConfigurationError(f"invalid SQLite DSN {dsn!r}: option {name!r} is repeated")
+        if name == "synchronous":
+            if value.upper() not in _SYNCHRONOUS:
+                raise ConfigurationError(
+                    f"invalid SQLite DSN {dsn!r}: synchronous must be FULL, NORMAL or EXTRA"
+                )
+            options[name] = value.upper()
+        else:
+            if not value.isdigit():
+                raise ConfigurationError(
+                    f"invalid SQLite DSN {dsn!r}: busy_timeout_ms must be a non-negative integer"
+                )
+            options[name] = int(value)
+    return options
 
 
 class Link:

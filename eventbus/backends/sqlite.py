@@ -5,7 +5,10 @@ thread one call at a time: the *writer* runs every write transaction as one
 synchronous function (see :mod:`._sqlite_sync`), so no handler or other
 coroutine ever runs while the write lock is held; the *reader* serves status
 and dead-letter queries, polls ``PRAGMA data_version`` for commits by other
-processes, and checkpoints the WAL. Several processes may share one file:
+processes, and checkpoints the WAL (TRUNCATE: every 1,000 commits, at each
+worker heartbeat, and as soon as a commit finds the WAL past 16 MiB, which keeps
+it near that size under sustained writes even when some reader is always in the
+file). Several processes may share one file:
 SQLite serialises their writers, and a busy file is retried, never reported.
 
 Differences from PostgreSQL: no ``connection=`` publishing (there is no
@@ -61,6 +64,21 @@ T = TypeVar("T")
 _MIN_VERSION = (3, 35, 0)  # UPDATE … RETURNING
 _READER_BUSY_TIMEOUT_MS = 250  # short, so a checkpoint never stalls the poller
 _CHECKPOINT_EVERY_WRITES = 1000
+# Truncate the WAL once a commit finds it past this size. The automatic
+# PASSIVE checkpoints copy pages but cannot rewind a WAL that some reader is
+# always in, so under sustained writes it would grow without bound.
+_CHECKPOINT_WAL_BYTES = 16 * 1024 * 1024
+
+
+def _agree(name: str, argument: T | None, from_dsn: T | None, default: T) -> T:
+    """One option from the keyword argument or the DSN; both must agree when both are given."""
+    if argument is not None and from_dsn is not None and argument != from_dsn:
+        raise ConfigurationError(
+            f"{name} is {from_dsn!r} in the DSN but {argument!r} as an argument: give it once"
+        )
+    if argument is not None:
+        return argument
+    return from_dsn if from_dsn is not None else default
 
 
 class _Waker:
@@ -87,14 +105,18 @@ class _Waker:
 class SQLiteBackend:
     """Stores the bus in one SQLite file, shared by any number of local processes.
 
-    :param dsn: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``.
+    :param dsn: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``,
+        optionally with ``?synchronous=NORMAL&busy_timeout_ms=5000`` (the same
+        options as the keyword arguments, for CLIs and ``$EVENTBUS_DSN``).
     :param synchronous: ``"FULL"`` (default: a commit survives power loss) or
         ``"NORMAL"`` (faster; in WAL mode the last commits may be lost on power
         loss, never on a process crash, and the file is never corrupted).
     :param busy_timeout_ms: how long SQLite waits for another process's write
-        lock before this backend backs off and tries again.
+        lock before this backend backs off and tries again (default 30000).
     :param poll_interval_seconds: how often the worker's poller checks for
         commits by other processes.
+
+    An option given both in the DSN and as a keyword argument must agree.
     """
 
     kind = "sqlite"
@@ -103,18 +125,22 @@ class SQLiteBackend:
         self,
         dsn: str,
         *,
-        synchronous: str = "FULL",
-        busy_timeout_ms: int = 30000,
+        synchronous: str | None = None,
+        busy_timeout_ms: int | None = None,
         poll_interval_seconds: float = 0.05,
     ) -> None:
-        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+        parsed = sqlconn.parse_dsn(dsn)
+        synchronous = _agree("synchronous", synchronous and synchronous.upper(),
+                             parsed.synchronous, "FULL")
+        busy_timeout_ms = _agree("busy_timeout_ms", busy_timeout_ms, parsed.busy_timeout_ms, 30000)
+        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigurationError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
         if busy_timeout_ms < 0:
             raise ConfigurationError("busy_timeout_ms cannot be negative")
         self.dsn = dsn
-        self.path = sqlconn.parse_dsn(dsn)
+        self.path = parsed.path
         self.notify_channel = f"sqlite:{self.path}"
-        self.synchronous = synchronous.upper()
+        self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.poll_interval_seconds = poll_interval_seconds
         # Give up on a locked file only after several busy timeouts.
@@ -126,6 +152,8 @@ class SQLiteBackend:
         self._reader: sqlconn.Link | None = None
         self._migrated = False
         self._writes = 0
+        self._wal_path = f"{self.path}-wal"
+        self._wal_bytes = 0  # size of the WAL after this process's last commit
         self._open_lock = anyio.Lock()
         self._waker = _Waker()
 
@@ -235,12 +263,19 @@ class SQLiteBackend:
         self, link: sqlconn.Link, body: Callable[..., T], args: tuple[Any, ...]
     ) -> Callable[[sqlite3.Connection], T]:
         q, deadline = self.q, link.deadline_seconds
-        return lambda conn: sqlconn.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
+
+        def unit(conn: sqlite3.Connection) -> T:
+            result = sqlconn.write(conn, q, lambda c, now: body(c, q, now, *args), deadline)
+            self._wal_bytes = sqlconn.file_size(self._wal_path)  # still on the link's thread
+            return result
+
+        return unit
 
     async def _wrote(self) -> None:
-        """Count commits; every so often, truncate the WAL so it stays bounded."""
+        """Count commits; truncate the WAL every so often and whenever it grew past its bound."""
         self._writes += 1
-        if self._writes % _CHECKPOINT_EVERY_WRITES == 0:
+        if self._wal_bytes > _CHECKPOINT_WAL_BYTES or self._writes % _CHECKPOINT_EVERY_WRITES == 0:
+            self._wal_bytes = 0
             await self._checkpoint()
 
     async def _checkpoint(self) -> None:

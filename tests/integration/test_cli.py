@@ -1,0 +1,67 @@
+"""The command line, end to end on a real database (SQLite file and PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ..conftest import Target
+
+APP = "tests.apps.cli_app:bus"
+
+
+def eventbus(target: Target, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "eventbus", *args], env=target.env(), capture_output=True,
+        text=True, timeout=60,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_publish_work_inspect_replay(target: Target) -> None:
+    first = eventbus(target, "migrate").stdout  # SQLite also migrates when first opened
+    assert "0001_create_events.sql" in first or first.strip() == "up to date"
+    assert eventbus(target, "migrate").stdout.strip() == "up to date"
+    eventbus(target, "worker", APP, "--burst")  # registers the subscriptions
+    out = eventbus(target, "publish", "cli.order", '{"order_id": "ok"}', "--key", "k1").stdout
+    assert out.startswith("event ")
+    again = eventbus(target, "publish", "cli.order", '{"order_id": "ok"}', "--key", "k1").stdout
+    assert "duplicate" in again
+    eventbus(target, "publish", "cli.order", '{"order_id": "fail"}', "--app", APP)
+    eventbus(target, "worker", APP, "--burst")
+    status = json.loads(eventbus(target, "status", "--json").stdout)
+    by_status = {r["status"]: r["count"] for r in status["rows"]}
+    assert by_status == {"completed": 1, "dead": 1} and status["events"] == 2
+    dead = json.loads(eventbus(target, "dlq", "list", "--json").stdout)
+    assert len(dead) == 1 and dead[0]["last_error"].startswith("ValueError: refused")
+    shown = eventbus(target, "dlq", "show", str(dead[0]["id"])).stdout
+    assert "attempt 1" in shown and "Traceback" in shown and '"order_id":"fail"' in shown
+    assert "would be replayed: 1" in eventbus(target, "dlq", "replay", "--all", "--dry-run").stdout
+    assert "replayed: 1" in eventbus(target, "dlq", "replay", "--subscription", "cli.handle").stdout
+    assert "purged: 0" in eventbus(target, "dlq", "purge", "--all", "--yes").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("publish", "cli.order", "{not json"), "not valid JSON"),
+        (("publish", "cli.order", "[1, 2]"), "must be a JSON object"),
+        (("publish", "cli.order", '{"order_id": 1}', "--app", APP), "DecodeError"),
+        (("publish", "nobody.handles", "{}", "--app", APP), "UnknownEventType"),
+        (("dlq", "show", "999"), "NotFound"),
+        (("dlq", "replay"), "--all"),
+        (("worker", "no.such.module:bus"), "cannot import"),
+    ],
+)
+def test_user_mistakes_print_one_clear_line(target: Target, args: tuple[str, ...],
+                                            message: str) -> None:
+    eventbus(target, "migrate")
+    result = eventbus(target, *args, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

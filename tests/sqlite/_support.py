@@ -1,0 +1,260 @@
+"""Helpers of the SQLite fault tests: real files, real worker processes, real signals.
+
+Every process is started through :class:`Procs`, which each test closes in a
+``finally`` block: SIGCONT + SIGTERM, then SIGKILL after a short wait, and
+only for the processes it started (by pid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from eventbus import Bus
+
+ROOT = Path(__file__).resolve().parents[2]
+EVENTBUS = str(Path(sys.executable).parent / "eventbus")
+APP = "tests.apps.sqlite_app:bus"
+
+# What must never reach a log: lock errors, tracebacks, failed database calls.
+BAD_LOG = re.compile(
+    r"database is locked|database table is locked|stayed locked|is busy|Traceback|"
+    r"claiming failed|could not write|housekeeping failed|lease renewal failed|"
+    r"SQLite refused|polling .* failed|gave up",
+    re.IGNORECASE,
+)
+
+
+def prepare(path: Path) -> str:
+    """Migrate a new bus file; add ``transitions``, written by a trigger on every status change.
+
+    ``old_token`` is the lease token the row held before the change, so a
+    completion names the claim it completed.
+    """
+    dsn = f"sqlite:///{path}"
+    asyncio.run(_migrate(dsn))
+    with connect(path) as db:
+        db.executescript("""
+            CREATE TABLE transitions (
+                id INTEGER PRIMARY KEY, delivery_id INTEGER NOT NULL, old_status TEXT,
+                new_status TEXT NOT NULL, worker_id TEXT, old_token TEXT, attempts INTEGER,
+                at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0));
+            CREATE TRIGGER deliveries_transitions AFTER UPDATE OF status ON deliveries
+            FOR EACH ROW WHEN OLD.status IS NOT NEW.status BEGIN
+                INSERT INTO transitions (delivery_id, old_status, new_status, worker_id,
+                                         old_token, attempts)
+                VALUES (NEW.id, OLD.status, NEW.status, NEW.worker_id, OLD.lease_token,
+                        NEW.attempts);
+            END;
+        """)
+    return dsn
+
+
+async def _migrate(dsn: str) -> None:
+    bus = Bus(dsn)
+    try:
+        await bus.migrate()
+    finally:
+        await bus.aclose()
+
+
+@contextmanager
+def connect(path: Path) -> Iterator[sqlite3.Connection]:
+    """A short-lived connection of the test itself (autocommit, waits on locks)."""
+    db = sqlite3.connect(path, timeout=30, isolation_level=None)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+def scalar(path: Path, sql: str, params: Any = ()) -> Any:
+    with connect(path) as db:
+        return db.execute(sql, params).fetchone()[0]
+
+
+def rows(path: Path, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    with connect(path) as db:
+        return db.execute(sql, params).fetchall()
+
+
+def integrity(path: Path) -> list[str]:
+    return [r[0] for r in rows(path, "PRAGMA integrity_check")]
+
+
+def status_counts(path: Path) -> Counter[str]:
+    return Counter(dict(rows(path, "SELECT status, count(*) FROM deliveries GROUP BY 1")))
+
+
+def settled(path: Path) -> bool:
+    return scalar(path, "SELECT count(*) FROM deliveries "
+                        "WHERE status IN ('pending', 'processing')") == 0
+
+
+class Run(NamedTuple):
+    pid: int
+    phase: str
+    subscription: str
+    delivery_id: int
+    event_id: int
+    attempt: int
+    detail: str
+
+
+def handler_runs(records: Path) -> list[Run]:
+    """Every line the app's handlers recorded, from every process."""
+    runs = []
+    for f in sorted(records.glob("*.runs")):
+        for line in f.read_text().splitlines():
+            pid, phase, sub, did, eid, attempt, *detail = line.split(" ")
+            runs.append(Run(int(pid), phase, sub, int(did), int(eid), int(attempt),
+                            " ".join(detail)))
+    return runs
+
+
+def wait_until(check: Callable[[], Any], timeout: float, interval: float = 0.05,
+               what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Proc:
+    def __init__(self, popen: subprocess.Popen[bytes], log: Path, name: str) -> None:
+        self.popen = popen
+        self.log = log
+        self.name = name
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL and reap."""
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+class Procs:
+    """The processes one test started; :meth:`close` stops every one of them."""
+
+    def __init__(self, dsn: str, records: Path, logdir: Path) -> None:
+        self.dsn = dsn
+        self.records = records
+        self.logdir = logdir
+        self.all: list[Proc] = []
+        records.mkdir(exist_ok=True)
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ, EVENTBUS_DSN=self.dsn, SQ_RECORDS=str(self.records))
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        env.update(extra or {})
+        return env
+
+    def worker(self, *args: str, env: dict[str, str] | None = None, name: str = "w") -> Proc:
+        return self.spawn([EVENTBUS, "worker", APP, *args], env, name)
+
+    def publisher(self, *args: str, env: dict[str, str] | None = None,
+                  name: str = "pub") -> Proc:
+        """``tests.apps.sqlite_publisher``; its stdout (the acks) goes to ``<log>.out``."""
+        return self.spawn([sys.executable, "-m", "tests.apps.sqlite_publisher", *args], env,
+                          name, split_stdout=True)
+
+    def spawn(self, cmd: list[str], env: dict[str, str] | None, name: str,
+              split_stdout: bool = False) -> Proc:
+        log = self.logdir / f"{name}-{len(self.all)}.log"
+        with open(log, "wb") as err, open(log.with_suffix(".out"), "wb") as out:
+            popen = subprocess.Popen(
+                cmd, cwd=ROOT, env=self.env(env), stdout=out if split_stdout else err,
+                stderr=err,
+            )
+        proc = Proc(popen, log, name)
+        self.all.append(proc)
+        return proc
+
+    def close(self, grace: float = 5.0) -> None:
+        for p in self.all:
+            if p.alive():
+                try:
+                    os.kill(p.pid, signal.SIGCONT)
+                    os.kill(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace
+        for p in self.all:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        for p in self.all:
+            if p.alive():
+                p.kill()
+
+    def bad_log_lines(self) -> list[str]:
+        return [f"{p.name}[{p.pid}]: {line}" for p in self.all
+                for line in p.output().splitlines() if BAD_LOG.search(line)]
+
+
+def acks(proc: Proc) -> list[tuple[str, str, int]]:
+    """(event type, key, event id) of every publish the publisher saw acknowledged."""
+    out = []
+    for line in proc.log.with_suffix(".out").read_text().splitlines():
+        parts = line.split(" ")
+        if len(parts) == 4 and parts[0] == "ack":  # a torn last line was never acknowledged
+            out.append((parts[1], parts[2], int(parts[3])))
+    return out
+
+
+def worker_pids(path: Path) -> set[int]:
+    """Pids of workers that wrote their first heartbeat (registered and running)."""
+    try:
+        return {r[0] for r in rows(path, "SELECT pid FROM workers")}
+    except sqlite3.OperationalError:
+        return set()
+
+
+def write_lock_holder(shm: Path) -> int | None:
+    """Pid holding the WAL write lock of a database (byte 120 of its ``-shm``), from /proc/locks."""
+    try:
+        inode = os.stat(shm).st_ino
+    except FileNotFoundError:
+        return None
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        # "1: POSIX  ADVISORY  WRITE 1234 08:01:5678 120 120"
+        if len(fields) >= 8 and fields[1] == "POSIX" and fields[3] == "WRITE":
+            if int(fields[5].rsplit(":", 1)[1]) == inode and fields[6] == "120":
+                return int(fields[4])
+    return None
