@@ -11,6 +11,7 @@ the database clock. A busy file is retried with backoff until a deadline;
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -20,8 +21,8 @@ import urllib.parse
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, TypeVar
 
+import aiosqlite
 import anyio
-import anyio.to_thread
 
 from ..errors import (
     BackendError,
@@ -32,7 +33,7 @@ from ..errors import (
 )
 
 __all__ = [
-    "DsnOptions", "Link", "Queries", "checkpoint", "connect", "enable_wal", "file_size", "is_busy",
+    "DsnOptions", "Link", "Queries", "checkpoint", "configure", "enable_wal", "file_size", "is_busy",
     "parse_dsn", "read", "translate_errors", "write",
 ]
 
@@ -61,21 +62,12 @@ def is_busy(exc: BaseException) -> bool:
 # -- connections --------------------------------------------------------------
 
 
-def connect(path: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
-    """Open one connection in autocommit mode: transactions are explicit."""
-    conn = sqlite3.connect(
-        path, timeout=busy_timeout_ms / 1000, isolation_level=None,
-        check_same_thread=False, cached_statements=256,
-    )
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(_SYNCHRONOUS[synchronous])
-        # After a checkpoint resets the WAL, truncate the file back to 64 MiB.
-        conn.execute("PRAGMA journal_size_limit = 67108864")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+def configure(conn: sqlite3.Connection, synchronous: str) -> None:
+    """Settings of every connection (autocommit mode: transactions are explicit)."""
+    conn.row_factory = sqlite3.Row
+    conn.execute(_SYNCHRONOUS[synchronous])
+    # After a checkpoint resets the WAL, truncate the file back to 64 MiB.
+    conn.execute("PRAGMA journal_size_limit = 67108864")
 
 
 def enable_wal(conn: sqlite3.Connection) -> str:
@@ -245,23 +237,48 @@ def _dsn_options(dsn: str, query: str) -> dict[str, Any]:
 
 
 class Link:
-    """One sqlite3 connection, used by one thread call at a time."""
+    """One aiosqlite connection. Its own thread runs each unit of work whole.
 
-    def __init__(self, conn: sqlite3.Connection, deadline_seconds: float) -> None:
-        self.conn = conn
+    aiosqlite executes every call on the connection's dedicated thread, in
+    order. A unit of work (a whole ``BEGIN IMMEDIATE`` … ``COMMIT``) is queued
+    there as one call, so the write lock is never held across an await of the
+    event loop, and the unit always runs to its end once queued.
+    """
+
+    def __init__(self, db: aiosqlite.Connection, deadline_seconds: float) -> None:
+        self.db = db
         self.deadline_seconds = deadline_seconds
         self._lock = anyio.Lock()
-        self._limiter = anyio.CapacityLimiter(1)
+
+    @classmethod
+    async def open(cls, path: str, synchronous: str, busy_timeout_ms: int,
+                   deadline_seconds: float) -> Link:
+        with translate_errors():
+            db = await aiosqlite.connect(
+                path, timeout=busy_timeout_ms / 1000, isolation_level=None,
+                check_same_thread=False, cached_statements=256,
+            )
+        link = cls(db, deadline_seconds)
+        try:
+            await link.run(functools.partial(configure, synchronous=synchronous))
+        except BaseException:
+            await link.close()
+            raise
+        return link
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # Not cancellable once started: a transaction always runs to its end.
-        async with self._lock:
-            with translate_errors():
-                return await anyio.to_thread.run_sync(fn, self.conn, limiter=self._limiter)
+        # Shielded: a queued transaction always runs to its end, and its
+        # result (a claim, say) is never dropped by a cancelled caller.
+        result: T
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                with translate_errors():
+                    result = await self.db._execute(fn, self.db._conn)  # type: ignore[no-untyped-call]
+        return result
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                await anyio.to_thread.run_sync(self.conn.close, limiter=self._limiter)
+                await self.db.close()
 
 

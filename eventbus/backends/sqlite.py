@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from .. import migrate as migrations
 from ..errors import (
@@ -206,10 +205,9 @@ class SQLiteBackend:
         return writer
 
     async def _new_link(self, busy_timeout_ms: int) -> sqlconn.Link:
-        connect = functools.partial(sqlconn.connect, self.path, self.synchronous, busy_timeout_ms)
-        with sqlconn.translate_errors():
-            conn = await anyio.to_thread.run_sync(connect)
-        return sqlconn.Link(conn, self.lock_deadline_seconds)
+        return await sqlconn.Link.open(
+            self.path, self.synchronous, busy_timeout_ms, self.lock_deadline_seconds
+        )
 
     async def aclose(self) -> None:
         writer, reader = self._writer, self._reader

@@ -69,9 +69,12 @@ async def test_dsn_options_reach_the_connections(tmp_path: Path, synchronous: st
         assert isinstance(backend, SQLiteBackend)
         writer = backend._writer
         assert writer is not None
-        assert writer.conn.execute("PRAGMA synchronous").fetchone()[0] == level
-        assert writer.conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1234
-        assert writer.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        async def pragma(name: str) -> object:
+            return await writer.run(lambda c: c.execute(f"PRAGMA {name}").fetchone()[0])
+
+        assert await pragma("synchronous") == level
+        assert await pragma("busy_timeout") == 1234
+        assert await pragma("journal_mode") == "wal"
         report = await bus.status()
         assert report.events == 0
 
