@@ -12,12 +12,14 @@ import random
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from benchmarks.peers.common import Countdown, now, percentile, record
+from benchmarks.peers.common import Countdown, analyze_database, now, percentile, record
 
 BATCH = 1_000  # batch size for every batch enqueue
 
 
 class Adapter(Protocol):
+    dsn: str
+
     async def open(self) -> None: ...  # recreate DB, install schema, connect
     async def close(self) -> None: ...
     async def enqueue_one(self, i: int) -> None: ...
@@ -41,6 +43,7 @@ async def drain_once(make: Factory, n: int, sleep_s: float, timeout: float) -> f
     await a.open()
     try:
         await enqueue_all(a, n)
+        await analyze_database(a.dsn)
         countdown = Countdown(n)
         t0 = now()
         await a.start_worker(countdown.hit, sleep_s)
