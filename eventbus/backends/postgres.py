@@ -211,6 +211,7 @@ class PostgresBackend:
 
     async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
         ids: dict[str, int] = {}
+        backfilled: list[tuple[int, SubscriptionSpec]] = []
         async with self._tx() as conn:
             for spec in specs:
                 row = await conn.fetchrow(
@@ -224,15 +225,32 @@ class PostgresBackend:
                     )
                 ids[spec.name] = row["id"]
                 if row["created"] and spec.start_from == "earliest":
-                    await conn.execute(
-                        self.q["backfill"], row["id"], spec.event_type, spec.ordered
-                    )
+                    await self._backfill_on(conn, row["id"], spec)
+                    backfilled.append((row["id"], spec))
+        if backfilled:
+            await self._backfill_after_concurrent_publishers(backfilled)
         return ids
 
-    async def backfill(self, subscription_id: int, spec: SubscriptionSpec) -> None:
-        """Add deliveries for events a concurrent publisher committed after registration."""
+    async def _backfill_on(self, conn: Any, subscription_id: int, spec: SubscriptionSpec) -> None:
+        await conn.execute(self.q["backfill"], subscription_id, spec.event_type, spec.ordered)
+
+    async def _backfill_after_concurrent_publishers(
+        self, backfilled: list[tuple[int, SubscriptionSpec]], settle_seconds: float = 5.0
+    ) -> None:
+        """Backfill again once every transaction that overlapped the registration ended.
+
+        A publish whose snapshot predates the new subscription fans out without
+        it, and the first backfill cannot see that event if it was still
+        uncommitted. Once the oldest running transaction is younger than the
+        registration, a second pass (idempotent) catches every such event.
+        """
         async with self._conn() as conn:
-            await conn.execute(self.q["backfill"], subscription_id, spec.event_type, spec.ordered)
+            horizon = await conn.fetchval(self.q["snapshot_horizon"])
+            with anyio.move_on_after(settle_seconds):
+                while not await conn.fetchval(self.q["snapshot_passed"], horizon):
+                    await anyio.sleep(0.02)
+            for subscription_id, spec in backfilled:
+                await self._backfill_on(conn, subscription_id, spec)
 
     # -- the delivery state machine -------------------------------------
 

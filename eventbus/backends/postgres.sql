@@ -53,6 +53,14 @@ SELECT e.id, $1, CASE WHEN $3 THEN e.ordering_key END, e.deliver_at
 FROM {schema}.events e WHERE e.event_type = $2
 ON CONFLICT (event_id, subscription_id) DO NOTHING;
 
+-- name: snapshot_horizon
+-- The first transaction id not yet started when this runs.
+SELECT pg_snapshot_xmax(pg_current_snapshot())::text;
+
+-- name: snapshot_passed
+-- Whether every transaction older than the horizon has ended.
+SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8;
+
 -- name: claim
 -- Lock up to $2 runnable rows with SKIP LOCKED (served by deliveries_pending),
 -- take them under a lease and a fresh token, and return them with their payload.
