@@ -68,8 +68,7 @@ async def drain_throughput(
                     await anyio.sleep(handler_sleep_seconds)
 
             bus.subscribe(BenchEvent, name=f"bench-{i}")(handler)
-        worker = Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=True)
-        await worker._register()  # subscriptions exist before publishing: no backfill
+        await bus.register()  # subscriptions exist before publishing: no backfill
         t0 = time.perf_counter()
         for start in range(0, n, publish_batch):
             await bus.publish_many(

@@ -195,6 +195,15 @@ class Bus(Router):
             for s in subs
         ]
 
+    async def register(self, names: Sequence[str] | None = None) -> dict[str, int]:
+        """Record this bus's subscriptions in the database; return their ids.
+
+        A worker does this when it starts. Publishers that start first may call
+        it so that their events fan out to subscriptions no worker has seen yet
+        (a new subscription is also backfilled from the log by default).
+        """
+        return await self.backend.register(self.specs(names))
+
     def worker(self, **options: Any) -> Worker:
         """Build a :class:`~eventbus.worker.Worker` for this bus's subscriptions."""
         from .worker import Worker

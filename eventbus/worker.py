@@ -149,7 +149,7 @@ class Worker:
     async def _register(self) -> None:
         subs = [s for s in self.bus.subscriptions.values()
                 if self.names is None or s.name in self.names]
-        ids = await self.backend.register(self.bus.specs([s.name for s in subs]))
+        ids = await self.bus.register([s.name for s in subs])
         for sub in subs:
             active = _Active(sub, ids[sub.name])
             self._active[active.id] = active

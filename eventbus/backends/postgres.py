@@ -247,7 +247,7 @@ class PostgresBackend:
         async with self._conn() as conn:
             horizon = await conn.fetchval(self.q["snapshot_horizon"])
             with anyio.move_on_after(settle_seconds):
-                while not await conn.fetchval(self.q["snapshot_passed"], horizon):
+                while not await conn.fetchval(self.q["snapshot_passed"], horizon):  # noqa: ASYNC110
                     await anyio.sleep(0.02)
             for subscription_id, spec in backfilled:
                 await self._backfill_on(conn, subscription_id, spec)

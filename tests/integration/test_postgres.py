@@ -119,7 +119,7 @@ async def test_two_worker_processes_complete_each_delivery_once(pg_target) -> No
     try:
         await conn.execute(f'CREATE TABLE "{pg_target.schema}".handler_runs '
                            "(delivery_id bigint, pid int)")
-        await Worker(bus, burst=True)._register()
+        await bus.register()
         await bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2000)])
         cmd = [sys.executable, "-m", "eventbus", "worker", "tests.apps.counter_app:bus",
                "--burst", "--concurrency", "10", "--batch-size", "10"]
