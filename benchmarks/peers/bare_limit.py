@@ -16,7 +16,7 @@ import json
 
 import asyncpg
 
-from benchmarks.peers.common import env_note, now, payload, recreate_database, record, write_results
+from benchmarks.peers.common import env_note, now, payload, record, recreate_database, write_results
 
 CLAIM = 100
 
@@ -98,8 +98,17 @@ async def main() -> None:
     for conns in (1, 2):
         runs = [await one_run(args.dsn, args.n, conns, args.timeout) for _ in range(args.runs)]
         setting = f"claim {CLAIM} SKIP LOCKED + done via unnest, {conns} connection(s)"
-        recs.append(record("bare_asyncpg", "bare_skip_locked", setting, runs,
-                           n=args.n, unit="rows/s", workers=conns))
+        recs.append(
+            record(
+                "bare_asyncpg",
+                "bare_skip_locked",
+                setting,
+                runs,
+                n=args.n,
+                unit="rows/s",
+                workers=conns,
+            )
+        )
     write_results(args.json, recs)
 
 

@@ -137,7 +137,7 @@ class Countdown:
         try:
             await asyncio.wait_for(self.event.wait(), timeout)
             return True
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             return False
 
 

@@ -54,8 +54,11 @@ async def drain_once(make: Factory, n: int, sleep_s: float, timeout: float) -> f
     finally:
         await a.close()
     rate = countdown.count / elapsed
-    print(f"  drain n={n} sleep={sleep_s}: {rate:,.0f}/s handled={countdown.count}"
-          f" left_in_db={left}{'' if reached else ' TIMEOUT'}", flush=True)
+    print(
+        f"  drain n={n} sleep={sleep_s}: {rate:,.0f}/s handled={countdown.count}"
+        f" left_in_db={left}{'' if reached else ' TIMEOUT'}",
+        flush=True,
+    )
     return rate
 
 
@@ -119,17 +122,29 @@ async def run_all(
     if "drain" in args.parts:
         for label, make in drain_settings.items():
             for scenario, sleep_s in (("drain_noop", 0.0), ("drain_1ms", 0.001)):
-                runs = [await drain_once(make, args.n, sleep_s, args.timeout)
-                        for _ in range(args.runs)]
+                runs = [
+                    await drain_once(make, args.n, sleep_s, args.timeout) for _ in range(args.runs)
+                ]
                 recs.append(record(system, scenario, label, runs, n=args.n))
     if "publish" in args.parts:
-        for scenario, n, batch in (("publish_single", args.single_n, False),
-                                   ("publish_batch", args.n, True)):
+        for scenario, n, batch in (
+            ("publish_single", args.single_n, False),
+            ("publish_batch", args.n, True),
+        ):
             runs = [await publish_once(default, n, batch) for _ in range(args.runs)]
             setting = f"batch={BATCH}" if batch else "one enqueue call per job"
             recs.append(record(system, scenario, setting, runs, n=n))
     if "wakeup" in args.parts:
         lat = await wakeup_samples(default, args.samples)
-        recs.append(record(system, "wakeup_idle", "default", [percentile(lat, 50)],
-                           n=args.samples, unit="ms", samples=lat))
+        recs.append(
+            record(
+                system,
+                "wakeup_idle",
+                "default",
+                [percentile(lat, 50)],
+                n=args.samples,
+                unit="ms",
+                samples=lat,
+            )
+        )
     return recs
