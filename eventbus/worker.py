@@ -97,7 +97,7 @@ class Worker:
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
         self._flush_wanted = anyio.Event()
-        self._flushed = anyio.Event()
+        self._write_lock = anyio.Lock()
         self._slot_freed = anyio.Event()
         self._stopping = False
         self._loop_scope: anyio.CancelScope | None = None
@@ -190,9 +190,10 @@ class Worker:
             free = await self._wait_for_capacity()
             active = self._active[sub_id]
             limit = min(self.batch_size, free)
-            batch = await self.backend.claim(
-                sub_id, limit, active.sub.lease_seconds, self.id, active.sub.ordered
-            )
+            with anyio.CancelScope(shield=True):  # a claim is never lost to a stop
+                batch = await self.backend.claim(
+                    sub_id, limit, active.sub.lease_seconds, self.id, active.sub.ordered
+                )
             self._start(active, batch, handlers)
             if len(batch) == limit:
                 still.add(sub_id)
@@ -366,10 +367,23 @@ class Worker:
         while True:
             await self._flush_wanted.wait()
             self._flush_wanted = anyio.Event()
-            await self._flush_once()
+            if not await self._write_results():
+                await anyio.sleep(0.5)
+                self._flush_wanted.set()
 
-    async def _flush_once(self) -> bool:
-        """Write buffered results; return False when the database refused."""
+    async def _write_results(self) -> bool:
+        """Write buffered results; return False when the database refused.
+
+        Shielded and serialised: a write in progress is never cut off by a
+        stop (that would roll back completions whose handlers already ran),
+        and the final flush waits for it.
+        """
+        with anyio.CancelScope(shield=True):
+            async with self._write_lock:
+                ok = await self._write_buffers()
+        return ok
+
+    async def _write_buffers(self) -> bool:
         ok = True
         completions, self._completions = self._completions, []
         if completions:
@@ -395,9 +409,6 @@ class Worker:
                 if any(not f.dead and f.delivery_id in failed for f in failures):
                     # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
                     self.backend.wake_local({SWEEP})
-        if not ok:
-            await anyio.sleep(0.5)
-            self._flush_wanted.set()
         return ok
 
     def _settle_results(self, ids: list[DeliveryId], accepted: set[DeliveryId], what: str) -> None:
@@ -411,10 +422,11 @@ class Worker:
 
     async def _flush_until_empty(self, attempts: int = 20) -> None:
         for _ in range(attempts):
+            ok = await self._write_results()  # also waits for a write in progress
             if not (self._completions or self._failures):
                 return
-            if await self._flush_once():
-                continue
+            if not ok:
+                await anyio.sleep(0.5)
         log.error("gave up writing results; their leases will expire and they will be re-run")
 
     async def _settle(self) -> None:

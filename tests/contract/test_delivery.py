@@ -267,3 +267,23 @@ async def test_ordered_key_never_runs_twice_at_once_across_workers(bus) -> None:
             tg.start_soon(drain, bus)
     assert overlaps == []
     assert len(done) == 40
+
+
+async def test_stop_under_load_writes_every_finished_result(bus) -> None:
+    handled: list[int] = []
+    worker = bus.worker(concurrency=100, batch_size=100)
+
+    @bus.subscribe(OrderPlaced, name="busy")
+    async def busy(event: OrderPlaced, ctx: Context) -> None:
+        handled.append(ctx.delivery_id)
+        if len(handled) == 1500:
+            worker.stop()
+
+    await bus.register()
+    await bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(3000)])
+    with anyio.fail_after(30):
+        await worker.run()
+    c = await counts(bus)
+    assert ("busy", "processing") not in c  # nothing left claimed
+    assert c[("busy", "completed")] == len(handled) == len(set(handled))
+    assert c[("busy", "completed")] + c[("busy", "pending")] == 3000
