@@ -37,6 +37,10 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("eventbus.worker")
 
+_WRITE_BATCH = 500
+"""Most results written in one transaction: keeps each commit short however
+large the buffer grew while the database was slow."""
+
 
 @dataclass
 class _Active:
@@ -384,31 +388,34 @@ class Worker:
         return ok
 
     async def _write_buffers(self) -> bool:
+        """Write completions, then failures, in bounded batches (one transaction each)."""
         ok = True
         completions, self._completions = self._completions, []
-        if completions:
+        for start in range(0, len(completions), _WRITE_BATCH):
+            chunk = completions[start:start + _WRITE_BATCH]
             try:
-                done = await self.backend.complete(completions)
+                done = await self.backend.complete(chunk)
             except BackendError as exc:
-                log.warning("could not write %d completions, retrying: %s", len(completions), exc)
-                self._completions[:0] = completions
+                log.warning("could not write %d completions, retrying: %s",
+                            len(completions) - start, exc)
+                self._completions[:0] = completions[start:]
                 ok = False
-            else:
-                self.processed += len(done)
-                self._settle_results([c.delivery_id for c in completions], done, "completion")
+                break
+            self.processed += len(done)
+            self._settle_results([c.delivery_id for c in chunk], done, "completion")
         failures, self._failures = self._failures, []
-        if failures:
+        for start in range(0, len(failures), _WRITE_BATCH):
+            some = failures[start:start + _WRITE_BATCH]
             try:
-                failed = await self.backend.fail(failures)
+                failed = await self.backend.fail(some)
             except BackendError as exc:
-                log.warning("could not write %d failures, retrying: %s", len(failures), exc)
-                self._failures[:0] = failures
-                ok = False
-            else:
-                self._settle_results([f.delivery_id for f in failures], failed, "failure")
-                if any(not f.dead and f.delivery_id in failed for f in failures):
-                    # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
-                    self.backend.wake_local({SWEEP})
+                log.warning("could not write %d failures, retrying: %s", len(failures) - start, exc)
+                self._failures[:0] = failures[start:]
+                return False
+            self._settle_results([f.delivery_id for f in some], failed, "failure")
+            if any(not f.dead and f.delivery_id in failed for f in some):
+                # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
+                self.backend.wake_local({SWEEP})
         return ok
 
     def _settle_results(self, ids: list[DeliveryId], accepted: set[DeliveryId], what: str) -> None:

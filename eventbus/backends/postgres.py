@@ -286,13 +286,14 @@ class PostgresBackend:
         """Mark completed and insert follow-ups, in one transaction, for owned rows only."""
         if not completions:
             return set()
+        by_token: dict[str, list[DeliveryId]] = {}
+        for c in completions:
+            by_token.setdefault(c.lease_token, []).append(c.delivery_id)
+        done: set[DeliveryId] = set()
         async with self._tx() as conn:
-            rows = await conn.fetch(
-                self.q["complete"],
-                [c.delivery_id for c in completions],
-                [c.lease_token for c in completions],
-            )
-            done = {DeliveryId(r[0]) for r in rows}
+            for token, ids in by_token.items():
+                rows = await conn.fetch(self.q["complete"], ids, token)
+                done.update(DeliveryId(r[0]) for r in rows)
             follow_ups = [e for c in completions if c.delivery_id in done for e in c.follow_ups]
             if follow_ups:
                 await self._publish_on(conn, follow_ups)

@@ -118,11 +118,12 @@ SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id;
 
 -- name: complete
-UPDATE {schema}.deliveries d
+-- One statement per lease token (a claim batch): the primary key is the access
+-- path (`id = ANY`) whatever the statistics say, with no join to plan badly.
+UPDATE {schema}.deliveries
 SET status = 'completed', lease_until = NULL, lease_token = NULL, updated_at = now()
-FROM unnest($1::bigint[], $2::uuid[]) AS t(id, token)
-WHERE d.id = t.id AND d.status = 'processing' AND d.lease_token = t.token
-RETURNING d.id;
+WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
+RETURNING id;
 
 -- name: fail
 -- Retry (pending at now() + delay) or dead, and append the attempt to history.
@@ -139,7 +140,8 @@ WITH t AS (
         last_error = t.error_type || ': ' || t.message,
         lease_until = NULL, lease_token = NULL, updated_at = now()
     FROM t
-    WHERE d.id = t.id AND d.status = 'processing' AND d.lease_token = t.token
+    WHERE d.id = ANY($1::bigint[]) AND d.id = t.id
+      AND d.status = 'processing' AND d.lease_token = t.token
     RETURNING d.id, d.attempts
 )
 INSERT INTO {schema}.delivery_attempts

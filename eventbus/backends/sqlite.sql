@@ -145,7 +145,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
 RETURNING id;
 
 -- name: recover_probe
--- Read outside any transaction: has any lease run out? (deliveries_processing)
+-- Read outside any transaction: has any lease run out? (deliveries_lease_until)
 SELECT 1 FROM deliveries
 WHERE status = 'processing' AND lease_until < (julianday('now') - 2440587.5) * 86400.0
 LIMIT 1;
