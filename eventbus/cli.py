@@ -51,8 +51,8 @@ def migrate(obj: Obj) -> None:
 
 @cli.command()
 @click.argument("app")
-@click.option("--concurrency", default=50, show_default=True, help="Handlers running at once.")
-@click.option("--batch-size", default=50, show_default=True, help="Deliveries per claim.")
+@click.option("--concurrency", default=100, show_default=True, help="Handlers running at once.")
+@click.option("--batch-size", default=100, show_default=True, help="Deliveries per claim.")
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--poll-interval", default=5.0, show_default=True, help="Slow poll, seconds.")
 @click.option("--grace", default=10.0, show_default=True, help="Shutdown grace, seconds.")
