@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
-from anyio.abc import TaskGroup
 
 from .backends.base import ClaimedDelivery, Completion, DeliveryId, Failure
 from .backends.listener import SWEEP
@@ -172,7 +171,7 @@ class Worker:
                 with anyio.CancelScope() as self._loop_scope:
                     if self._stopping:
                         self._loop_scope.cancel()
-                    await self._claim_loop(handlers)
+                    await self._claim_loop()
                 with anyio.CancelScope(shield=True):
                     await self._release_unstarted()
                 await self._wait_for_handlers(self.grace_seconds)
@@ -194,12 +193,12 @@ class Worker:
 
     # -- claiming --------------------------------------------------------------
 
-    async def _claim_loop(self, handlers: TaskGroup) -> None:
+    async def _claim_loop(self) -> None:
         dirty: set[int] | None = set(self._active)
         failures = 0
         while dirty is not None:
             try:
-                dirty = await self._step(dirty, handlers)
+                dirty = await self._step(dirty)
                 failures = 0
             except BackendError as exc:
                 failures += 1
@@ -207,20 +206,20 @@ class Worker:
                 await anyio.sleep(min(5.0, 0.05 * 2**failures))
                 dirty = set(self._active)
 
-    async def _step(self, dirty: set[int], handlers: TaskGroup) -> set[int] | None:
+    async def _step(self, dirty: set[int]) -> set[int] | None:
         """One turn of the claim loop; None when a burst run is done."""
         if dirty:
-            return await self._claim_round(dirty, handlers)
+            return await self._claim_round(dirty)
         if not self.burst:
             return await self._wait_for_work()
         await self._settle()
         await self.backend.recover_expired()
-        dirty = await self._claim_round(set(self._active), handlers)
+        dirty = await self._claim_round(set(self._active))
         if not dirty and self._running == 0 and not self._in_flight:
             return None
         return dirty
 
-    async def _claim_round(self, dirty: set[int], handlers: TaskGroup) -> set[int]:
+    async def _claim_round(self, dirty: set[int]) -> set[int]:
         """Claim one batch per subscription; return those that may have more."""
         still: set[int] = set()
         for sub_id in sorted(dirty):
@@ -231,7 +230,7 @@ class Worker:
                 batch = await self.backend.claim(
                     sub_id, limit, active.sub.lease_seconds, self.id, active.sub.ordered
                 )
-            self._start(active, batch, handlers)
+            self._start(active, batch)
             if len(batch) == limit:
                 still.add(sub_id)
             elif not self.burst:
@@ -259,7 +258,7 @@ class Worker:
             return set(self._active)
         return {sub_id for t in woken for sub_id in self._by_type.get(t, ())}
 
-    def _start(self, active: _Active, batch: list[ClaimedDelivery], handlers: TaskGroup) -> None:
+    def _start(self, active: _Active, batch: list[ClaimedDelivery]) -> None:
         now = time.monotonic()
         for delivery in batch:
             self._in_flight[delivery.id] = _InFlight(
