@@ -75,6 +75,16 @@ def translate_errors() -> Iterator[None]:
         raise BackendUnavailable(f"PostgreSQL did not answer in time: {exc}") from exc
 
 
+async def _keep_session(conn: Any) -> None:
+    """Pool reset hook: nothing to undo.
+
+    The backend changes no session state on pooled connections (no SET, no
+    LISTEN, advisory locks released in ``finally``), and asyncpg still rolls
+    back a transaction left open. The default reset query costs a round trip
+    on every release: about a third of a single publish.
+    """
+
+
 def _columns(events: Sequence[OutgoingEvent]) -> tuple[list[Any], ...]:
     return (
         [e.event_type for e in events],
@@ -137,7 +147,7 @@ class PostgresBackend:
             with translate_errors():
                 self._pool = await asyncpg.create_pool(
                     self.dsn, min_size=self._pool_size[0], max_size=self._pool_size[1],
-                    command_timeout=self._command_timeout,
+                    command_timeout=self._command_timeout, reset=_keep_session,
                 )
 
     async def aclose(self) -> None:
