@@ -19,7 +19,7 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -46,10 +46,12 @@ large the buffer grew while the database was slow."""
 
 @dataclass
 class _Active:
-    """A subscription this worker serves, with its database id."""
+    """A subscription this worker serves, with its database id and claim cursor."""
 
     sub: Subscription
     id: int
+    cursor: Any = None
+    full_scan_at: float = -math.inf
 
 
 class _Queue(Generic[T]):
@@ -227,15 +229,36 @@ class Worker:
             active = self._active[sub_id]
             limit = min(self.batch_size, free)
             with anyio.CancelScope(shield=True):  # a claim is never lost to a stop
-                batch = await self.backend.claim(
-                    sub_id, limit, active.sub.lease_seconds, self.id, active.sub.ordered
-                )
+                batch = await self._claim(active, limit)
             self._start(active, batch)
             if len(batch) == limit:
                 still.add(sub_id)
             elif not self.burst:
                 await self._note_next_run(sub_id)
         return still
+
+    async def _claim(self, active: _Active, limit: int) -> list[ClaimedDelivery]:
+        """Claim from the cursor while working through a backlog, else from the start.
+
+        The cursor (the last row claimed) only saves walking index entries of
+        rows already taken; a claim from the start follows whenever the cursor
+        comes up short, and at least every second, so nothing is left behind.
+        """
+        sub = active.sub
+        now = time.monotonic()
+        after = active.cursor if now - active.full_scan_at < 1.0 else None
+        batch = await self.backend.claim(
+            active.id, limit, sub.lease_seconds, self.id, sub.ordered, after=after
+        )
+        if after is None or len(batch) < limit:
+            active.full_scan_at = now
+            if after is not None:
+                batch += await self.backend.claim(
+                    active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
+                )
+        full = len(batch) == limit and batch[-1].position is not None and not sub.ordered
+        active.cursor = batch[-1].position if full else None
+        return batch
 
     async def _wait_for_capacity(self) -> int:
         threshold = max(1, min(self.batch_size, self.concurrency) // 2)

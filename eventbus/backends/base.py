@@ -82,6 +82,8 @@ class ClaimedDelivery(msgspec.Struct):
     correlation_id: int | None
     ordering_key: str | None
     created_at: datetime
+    position: Any = None
+    """Where the row sits in its subscription's claim order, for ``claim(after=…)``."""
 
 
 class Completion(msgspec.Struct, frozen=True):
@@ -182,6 +184,7 @@ class Backend(Protocol):
         lease_seconds: float,
         worker_id: str,
         ordered: bool = False,
+        after: Any = None,
     ) -> list[ClaimedDelivery]: ...
 
     async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]: ...

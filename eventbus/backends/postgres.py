@@ -271,14 +271,19 @@ class PostgresBackend:
         lease_seconds: float,
         worker_id: str,
         ordered: bool = False,
+        after: Any = None,
     ) -> list[ClaimedDelivery]:
         token = uuid.uuid4()
-        query = self.q["claim_ordered" if ordered else "claim"]
+        args: tuple[Any, ...] = (subscription_id, limit, lease_seconds, token, uuid.UUID(worker_id))
+        if ordered:
+            query = self.q["claim_ordered"]
+        elif after is not None:
+            query, args = self.q["claim_after"], (*args, *after)
+        else:
+            query = self.q["claim"]
         async with self._conn() as conn:
             try:
-                rows = await conn.fetch(
-                    query, subscription_id, limit, lease_seconds, token, uuid.UUID(worker_id)
-                )
+                rows = await conn.fetch(query, *args)
             except asyncpg.exceptions.UniqueViolationError:
                 # Another worker took the same ordering key at the same moment.
                 return []
@@ -288,6 +293,7 @@ class PostgresBackend:
                 id=r[0], event_id=r[1], subscription_id=subscription_id, attempts=r[2],
                 lease_token=text_token, event_type=r[3], payload=r[4], headers=_headers(r[5]),
                 key=r[6], correlation_id=r[7], ordering_key=r[8], created_at=r[9],
+                position=(r[10], r[0]),
             )
             for r in rows
         ]

@@ -77,11 +77,37 @@ WITH claimed AS (
         ORDER BY run_at, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
-    RETURNING d.id, d.event_id, d.attempts, d.ordering_key
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at
-FROM claimed c JOIN {schema}.events e ON e.id = c.event_id;
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at
+FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
+ORDER BY c.run_at, c.id;
+
+-- name: claim_after
+-- As claim, starting after the last row this worker claimed ($6, $7). While a
+-- long transaction holds back the xmin horizon, entries of rows that are no
+-- longer pending stay in deliveries_pending; a claim from the start would walk
+-- all of them every time. The worker falls back to claim when this comes up
+-- short, so a row that became pending behind the cursor is still found.
+WITH claimed AS (
+    UPDATE {schema}.deliveries d
+    SET status = 'processing', attempts = d.attempts + 1,
+        lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
+        updated_at = now()
+    WHERE d.id = ANY(ARRAY(
+        SELECT id FROM {schema}.deliveries
+        WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
+          AND (run_at, id) > ($6::timestamptz, $7::bigint)
+        ORDER BY run_at, id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED))
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
+)
+SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at
+FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
+ORDER BY c.run_at, c.id;
 
 -- name: claim_ordered
 -- As claim, for subscriptions that serialise per key: skip keys already being
@@ -111,11 +137,12 @@ WITH candidates AS (
         lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
         updated_at = now()
     WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING d.id, d.event_id, d.attempts, d.ordering_key
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at
-FROM claimed c JOIN {schema}.events e ON e.id = c.event_id;
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at
+FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
+ORDER BY c.run_at, c.id;
 
 -- name: complete
 -- One statement per lease token (a claim batch): the primary key is the access

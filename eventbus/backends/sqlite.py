@@ -324,7 +324,11 @@ class SQLiteBackend:
         lease_seconds: float,
         worker_id: str,
         ordered: bool = False,
+        after: Any = None,
     ) -> list[ClaimedDelivery]:
+        # ``after`` is a hint for PostgreSQL's MVCC (dead index entries); SQLite
+        # updates rows in place, so a claim from the start costs the same.
+        del after
         token = str(uuid.uuid4())
         params = {
             "subscription_id": subscription_id, "limit": limit, "lease_seconds": lease_seconds,

@@ -258,3 +258,35 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
     assert {n.get("Index Name") for n in complete_nodes} >= {"deliveries_pkey"}
     assert not [n for n in complete_nodes if n["Node Type"] in ("Seq Scan", "Nested Loop")]
     assert complete["Node Type"] == "ModifyTable"
+
+
+async def test_event_committed_behind_the_claim_cursor_is_still_delivered(pg_bus, pg_target) -> None:
+    """A publish transaction that commits late gets a run_at older than rows already
+    claimed; claiming from a cursor must not leave it behind."""
+    handled: list[str] = []
+    commit_late = anyio.Event()
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        handled.append(event.order_id)
+        if len(handled) == 250:
+            commit_late.set()
+
+    await pg_bus.register()
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await pg_bus.publish(OrderPlaced(order_id="late"), connection=conn)  # run_at = now
+        await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(1000)])
+
+        async def commit() -> None:
+            await commit_late.wait()
+            await tx.commit()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit)
+            await Worker(pg_bus, burst=True, concurrency=20, batch_size=20).run()
+    finally:
+        await conn.close()
+    assert "late" in handled and len(handled) == 1001
