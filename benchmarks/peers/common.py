@@ -149,10 +149,10 @@ def parse_args(description: str, default_db: str) -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=200, help="idle wake-up samples")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--timeout", type=float, default=240.0, help="cap (s) for one drain run")
-    p.add_argument("--only", default="", help="comma list: drain,publish,wakeup")
+    p.add_argument("--only", default="", help="comma list: drain,publish,wakeup,cost")
     p.add_argument("--json", default=None, help="write the result records here")
     args = p.parse_args()
-    args.parts = set(filter(None, args.only.split(","))) or {"drain", "publish", "wakeup"}
+    args.parts = set(filter(None, args.only.split(","))) or {"drain", "publish", "wakeup", "cost"}
     return args
 
 

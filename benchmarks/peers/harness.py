@@ -8,9 +8,12 @@ starts on a freshly recreated database, so runs do not inherit bloat.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import asyncpg
 
 from benchmarks.peers.common import Countdown, analyze_database, now, percentile, record
 
@@ -60,6 +63,54 @@ async def drain_once(make: Factory, n: int, sleep_s: float, timeout: float) -> f
         flush=True,
     )
     return rate
+
+
+_COUNTERS = """
+SELECT pg_current_wal_lsn()::text AS lsn,
+       (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits,
+       coalesce(sum(n_tup_upd + n_tup_del), 0)::bigint AS writes,
+       coalesce(sum(n_dead_tup), 0)::bigint AS dead
+FROM pg_stat_user_tables
+"""
+
+
+async def _counters(dsn: str) -> dict[str, Any]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return dict(await conn.fetchrow(_COUNTERS))
+    finally:
+        await conn.close()
+
+
+async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float]:
+    """WAL bytes, dead tuples, row writes and commits per event over a drain.
+
+    Statistics are read after the worker's connections closed (a backend
+    flushes its counters when it exits), so they cover the whole drain.
+    """
+    a = make()
+    await a.open()
+    try:
+        await enqueue_all(a, n)
+        await analyze_database(a.dsn)
+        await asyncio.sleep(1.5)
+        before = await _counters(a.dsn)
+        countdown = Countdown(n)
+        await a.start_worker(countdown.hit, 0.0)
+        await countdown.wait(timeout)
+        await a.stop_worker()
+    finally:
+        await a.close()
+    await asyncio.sleep(1.5)
+    after = await _counters(a.dsn)
+    conn = await asyncpg.connect(a.dsn)
+    try:
+        wal = await conn.fetchval("SELECT $1::text::pg_lsn - $2::text::pg_lsn", after["lsn"], before["lsn"])
+    finally:
+        await conn.close()
+    per = {k: (after[k] - before[k]) / n for k in ("commits", "writes", "dead")}
+    print(f"  cost n={n}: wal {float(wal) / n:.0f} B/event {per}", flush=True)
+    return {"wal_bytes": float(wal) / n, **per}
 
 
 async def publish_once(make: Factory, n: int, batch: bool) -> float:
@@ -134,6 +185,10 @@ async def run_all(
             runs = [await publish_once(default, n, batch) for _ in range(args.runs)]
             setting = f"batch={BATCH}" if batch else "one enqueue call per job"
             recs.append(record(system, scenario, setting, runs, n=n))
+    if "cost" in args.parts:
+        cost = await cost_once(default, args.n, args.timeout)
+        recs.append(record(system, "cost_per_event", "default", [cost["wal_bytes"]], n=args.n,
+                           unit="WAL bytes/event", note=json.dumps(cost)))
     if "wakeup" in args.parts:
         lat = await wakeup_samples(default, args.samples)
         recs.append(
