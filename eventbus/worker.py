@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import anyio.lowlevel
 
+from ._results import ResultWriter
 from .backends.base import ClaimedDelivery, Completion, DeliveryId, Failure
 from .backends.listener import SWEEP
 from .context import Context
@@ -39,9 +40,6 @@ __all__ = ["Worker"]
 log = logging.getLogger("eventbus.worker")
 T = TypeVar("T")
 
-_WRITE_BATCH = 500
-"""Most results written in one transaction: keeps each commit short however
-large the buffer grew while the database was slow."""
 
 
 @dataclass
@@ -129,21 +127,22 @@ class Worker:
         self.recovery_interval_seconds = recovery_interval_seconds
         self.names = list(subscriptions) if subscriptions else None
         self.id = str(uuid.uuid4())
-        self.processed = 0
         self._active: dict[int, _Active] = {}
         self._by_type: dict[str, list[int]] = {}
         self._in_flight: dict[DeliveryId, _InFlight] = {}
         self._running = 0
-        self._completions: list[Completion] = []
-        self._failures: list[Failure] = []
-        self._flush_wanted = anyio.Event()
-        self._write_lock = anyio.Lock()
+        self._results = ResultWriter(self.backend, lambda i: self._in_flight.pop(i, None))
         self._slot_freed = anyio.Event()
         self._stopping = False
         self._loop_scope: anyio.CancelScope | None = None
         self._handler_scope: anyio.CancelScope | None = None
         self._wake_at = math.inf
         self._queue: _Queue[tuple[Subscription, ClaimedDelivery]] = _Queue()
+
+    @property
+    def processed(self) -> int:
+        """Deliveries this worker completed (their completion committed)."""
+        return self._results.processed
 
     # -- control -----------------------------------------------------------
 
@@ -164,7 +163,7 @@ class Worker:
             if not self.burst:
                 services.start_soon(self._listen)
                 services.start_soon(self._housekeeping)
-            services.start_soon(self._flusher)
+            services.start_soon(self._results.run)
             services.start_soon(self._heartbeat)
             async with anyio.create_task_group() as handlers:
                 self._handler_scope = handlers.cancel_scope
@@ -179,7 +178,7 @@ class Worker:
                 await self._wait_for_handlers(self.grace_seconds)
                 handlers.cancel_scope.cancel()
             with anyio.CancelScope(shield=True):
-                await self._flush_until_empty()
+                await self._results.flush_all()
                 if not self.burst:
                     await self._beat(gone=True)
             services.cancel_scope.cancel()
@@ -330,14 +329,9 @@ class Worker:
         finally:
             self._running -= 1
             self._slot_freed.set()
-        if isinstance(result, Completion):
-            self._completions.append(result)
-        else:
-            self._failures.append(result)
-            if not result.dead:
-                wake_at = time.monotonic() + result.retry_delay_seconds
-                self._wake_at = min(self._wake_at, wake_at)
-        self._flush_wanted.set()
+        if isinstance(result, Failure) and not result.dead:
+            self._wake_at = min(self._wake_at, time.monotonic() + result.retry_delay_seconds)
+        self._results.add(result)
 
     async def _invoke(
         self, sub: Subscription, delivery: ClaimedDelivery, started: float
@@ -420,77 +414,6 @@ class Worker:
             while self._running:
                 self._slot_freed = anyio.Event()
                 await self._slot_freed.wait()
-
-    # -- writing results ------------------------------------------------------------
-
-    async def _flusher(self) -> None:
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted = anyio.Event()
-            if not await self._write_results():
-                await anyio.sleep(0.5)
-                self._flush_wanted.set()
-
-    async def _write_results(self) -> bool:
-        """Write buffered results; return False when the database refused.
-
-        Shielded and serialised: a write in progress is never cut off by a
-        stop (that would roll back completions whose handlers already ran),
-        and the final flush waits for it.
-        """
-        with anyio.CancelScope(shield=True):
-            async with self._write_lock:
-                ok = await self._write_buffers()
-        return ok
-
-    async def _write_buffers(self) -> bool:
-        """Write completions, then failures, in bounded batches (one transaction each)."""
-        ok = True
-        completions, self._completions = self._completions, []
-        for start in range(0, len(completions), _WRITE_BATCH):
-            chunk = completions[start:start + _WRITE_BATCH]
-            try:
-                done = await self.backend.complete(chunk)
-            except BackendError as exc:
-                log.warning("could not write %d completions, retrying: %s",
-                            len(completions) - start, exc)
-                self._completions[:0] = completions[start:]
-                ok = False
-                break
-            self.processed += len(done)
-            self._settle_results([c.delivery_id for c in chunk], done, "completion")
-        failures, self._failures = self._failures, []
-        for start in range(0, len(failures), _WRITE_BATCH):
-            some = failures[start:start + _WRITE_BATCH]
-            try:
-                failed = await self.backend.fail(some)
-            except BackendError as exc:
-                log.warning("could not write %d failures, retrying: %s", len(failures) - start, exc)
-                self._failures[:0] = failures[start:]
-                return False
-            self._settle_results([f.delivery_id for f in some], failed, "failure")
-            if any(not f.dead and f.delivery_id in failed for f in some):
-                # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
-                self.backend.wake_local({SWEEP})
-        return ok
-
-    def _settle_results(self, ids: list[DeliveryId], accepted: set[DeliveryId], what: str) -> None:
-        for delivery_id in ids:
-            self._in_flight.pop(delivery_id, None)
-            if delivery_id not in accepted:
-                log.warning(
-                    "stale %s of delivery %s rejected: this worker no longer holds its lease",
-                    what, delivery_id,
-                )
-
-    async def _flush_until_empty(self, attempts: int = 20) -> None:
-        for _ in range(attempts):
-            ok = await self._write_results()  # also waits for a write in progress
-            if not (self._completions or self._failures):
-                return
-            if not ok:
-                await anyio.sleep(0.5)
-        log.error("gave up writing results; their leases will expire and they will be re-run")
 
     async def _settle(self) -> None:
         """Burst mode: wait until every handler finished and its result is written."""
