@@ -51,7 +51,7 @@ def migrate(obj: Obj) -> None:
 
 @cli.command()
 @click.argument("app")
-@click.option("--concurrency", default=100, show_default=True, help="Handlers running at once.")
+@click.option("--concurrency", default=200, show_default=True, help="Handlers running at once.")
 @click.option("--batch-size", default=100, show_default=True, help="Deliveries per claim.")
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--poll-interval", default=5.0, show_default=True, help="Slow poll, seconds.")

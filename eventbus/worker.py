@@ -94,7 +94,8 @@ class _InFlight:
 class Worker:
     """Runs the handlers of a bus's subscriptions.
 
-    :param concurrency: handlers running at once.
+    :param concurrency: handlers running at once. Twice ``batch_size`` lets the
+        next batch be claimed while the last one runs.
     :param batch_size: deliveries claimed per round trip.
     :param poll_interval_seconds: the slow poll that covers lost notifications.
     :param burst: process until nothing is runnable, then return (drain mode).
@@ -109,7 +110,7 @@ class Worker:
         self,
         bus: Bus,
         *,
-        concurrency: int = 100,
+        concurrency: int = 200,
         batch_size: int = 100,
         poll_interval_seconds: float = 5.0,
         burst: bool = False,

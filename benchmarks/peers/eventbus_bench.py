@@ -31,7 +31,7 @@ class Tick(Event, event_type="bench.peer_tick"):
 
 
 class EventbusAdapter:
-    def __init__(self, dsn: str, concurrency: int = 100, batch_size: int = 100) -> None:
+    def __init__(self, dsn: str, concurrency: int = 200, batch_size: int = 100) -> None:
         self.dsn = dsn
         self.concurrency = concurrency
         self.batch_size = batch_size
@@ -79,8 +79,8 @@ async def main() -> None:
     args = parse_args("eventbus through the peer harness", "bench_eventbus")
     print(f"eventbus {eventbus.__name__} asyncpg {asyncpg.__version__} {env_note()}", flush=True)
     settings = {
-        "default: concurrency=100, batch=100": lambda: EventbusAdapter(args.dsn, 100, 100),
-        "tuned: concurrency=200, batch=100": lambda: EventbusAdapter(args.dsn, 200, 100),
+        "default: concurrency=200, batch=100": lambda: EventbusAdapter(args.dsn, 200, 100),
+        "small: concurrency=20, batch=10": lambda: EventbusAdapter(args.dsn, 20, 10),
     }
     recs = await run_all("eventbus", args, settings, lambda: EventbusAdapter(args.dsn))
     write_results(args.json, recs)
