@@ -1,8 +1,10 @@
-"""PostgreSQL cost and robustness figures for eventbus.
+"""PostgreSQL robustness figures for eventbus.
 
     python -m benchmarks.pgcost --dsn postgresql://postgres@127.0.0.1:5432/test --json out.json
 
-- cost per completed event: WAL bytes, dead tuples, HOT updates, commits;
+(Cost per event, WAL bytes and dead tuples, is measured for eventbus and the
+peers alike by ``benchmarks.peers`` with ``--only cost``.)
+
 - throughput while another connection holds back xmin (`BEGIN; SELECT txid_current()`);
 - pickup latency under a steady producer (1,000/s and 5,000/s): p50/p95/p99.
 """
@@ -21,46 +23,6 @@ from eventbus import Context, Envelope, Worker
 from eventbus.bench import BenchEvent, drain_throughput, scratch_bus
 
 SCHEMA = "eventbus_bench"
-
-_COUNTERS = f"""
-SELECT pg_current_wal_lsn() AS lsn,
-       (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits,
-       coalesce(sum(n_tup_upd), 0)::bigint AS updates,
-       coalesce(sum(n_tup_hot_upd), 0)::bigint AS hot_updates,
-       coalesce(sum(n_dead_tup), 0)::bigint AS dead
-FROM pg_stat_user_tables WHERE schemaname = '{SCHEMA}'
-"""
-
-
-async def _counters(conn: asyncpg.Connection) -> dict[str, Any]:
-    await anyio.sleep(1.2)  # let backends flush their statistics
-    await conn.execute("SELECT pg_stat_clear_snapshot()")
-    return dict(await conn.fetchrow(_COUNTERS))
-
-
-async def cost_per_event(dsn: str, n: int) -> dict[str, Any]:
-    """Publish n, drain n; the deltas over the drain, per completed event."""
-    bus = await scratch_bus(dsn, SCHEMA)
-
-    @bus.subscribe(BenchEvent, name="cost")
-    async def cost(event: BenchEvent, ctx: Context) -> None:
-        pass
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await Worker(bus, burst=True).run()
-        for start in range(0, n, 1000):
-            await bus.publish_many(Envelope(BenchEvent(n=i)) for i in range(start, start + 1000))
-        before = await _counters(conn)
-        await Worker(bus, burst=True, concurrency=100, batch_size=100).run()
-        after = await _counters(conn)
-        wal = await conn.fetchval("SELECT $1::pg_lsn - $2::pg_lsn", after["lsn"], before["lsn"])
-    finally:
-        await conn.close()
-        await bus.aclose()
-    per = {k: (after[k] - before[k]) / n for k in ("commits", "updates", "hot_updates", "dead")}
-    return {"scenario": "cost_per_event", "n": n, "wal_bytes": float(wal) / n, **per}
-
 
 async def held_xmin(dsn: str, n: int) -> dict[str, Any]:
     """Drain throughput with and without a transaction holding back xmin."""
@@ -122,9 +84,7 @@ async def steady_pickup(dsn: str, rate: int, seconds: float) -> dict[str, Any]:
 
 
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
-    results = [await cost_per_event(args.dsn, args.n)]
-    print(results[-1])
-    results.append(await held_xmin(args.dsn, args.n))
+    results = [await held_xmin(args.dsn, args.n)]
     print(results[-1])
     for rate in (1000, 5000):
         results.append(await steady_pickup(args.dsn, rate, args.seconds))

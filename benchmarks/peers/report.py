@@ -36,7 +36,8 @@ def main(paths: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for path in paths:
         for r in json.loads(Path(path).read_text()):
-            print(row(r))
+            if "system" in r:  # other scripts' records have their own shape
+                print(row(r))
 
 
 if __name__ == "__main__":
