@@ -31,6 +31,7 @@ from .base import (
     OutgoingEvent,
     PublishResult,
     SubscriptionSpec,
+    decode_headers,
 )
 
 Row = sqlite3.Row
@@ -55,19 +56,12 @@ def to_epoch(value: datetime | None) -> float | None:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
 
 
-def headers_of(text: str | None) -> dict[str, str]:
-    if not text or text == "{}":
-        return {}
-    value = orjson.loads(text)
-    return value if isinstance(value, dict) else {}
-
-
 def detail_of(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
     return DeliveryDetail(
         id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
         subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
         attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
-        headers=headers_of(row["headers"]), correlation_id=row["correlation_id"],
+        headers=decode_headers(row["headers"]), correlation_id=row["correlation_id"],
         causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
         run_at=to_time(row["run_at"]), updated_at=to_time(row["updated_at"]),
         created_at=to_time(row["created_at"]), history=history,
@@ -88,7 +82,7 @@ def claimed_of(
     return ClaimedDelivery(
         id=DeliveryId(d["id"]), event_id=EventId(d["event_id"]), subscription_id=subscription_id,
         attempts=d["attempts"], lease_token=token, event_type=e["event_type"],
-        payload=bytes(e["payload"]), headers=headers_of(e["headers"]), key=e["key"],
+        payload=bytes(e["payload"]), headers=decode_headers(e["headers"]), key=e["key"],
         correlation_id=e["correlation_id"], ordering_key=d["ordering_key"],
         created_at=to_time(e["created_at"]),
     )

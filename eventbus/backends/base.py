@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal, NewType, Protocol
 
 import msgspec
+import orjson
 
 __all__ = [
     "AttemptRecord",
@@ -28,6 +29,7 @@ __all__ = [
     "PublishResult",
     "StatusReport",
     "SubscriptionSpec",
+    "decode_headers",
 ]
 
 EventId = NewType("EventId", int)
@@ -159,6 +161,14 @@ class StatusReport(msgspec.Struct, frozen=True):
     oldest_pending_seconds: float | None
     events: int
     workers: Sequence[dict[str, Any]] = ()
+
+
+def decode_headers(text: str | None) -> dict[str, str]:
+    """Headers as stored (JSON text) back to a dict; anything else is empty."""
+    if not text or text == "{}":
+        return {}
+    value = orjson.loads(text)
+    return value if isinstance(value, dict) else {}
 
 
 class Backend(Protocol):

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import asyncpg
 
-__all__ = ["SWEEP", "PostgresListener"]
+__all__ = ["SWEEP", "PostgresListener", "Waker"]
 
 log = logging.getLogger("eventbus.listener")
 
@@ -24,7 +24,30 @@ SWEEP = "*"
 """Pseudo event type: wake every subscription."""
 
 
-class PostgresListener:
+class Waker:
+    """In-process wake-ups: event types pushed here end the worker's wait."""
+
+    def __init__(self) -> None:
+        self._pending: set[str] = set()
+        self._wake = anyio.Event()
+
+    def push(self, event_types: set[str]) -> None:
+        self._pending |= event_types
+        self._wake.set()
+
+    async def wait(self, timeout: float) -> set[str]:
+        """Return the event types pushed since the last call (empty on timeout)."""
+        if not self._pending:
+            with anyio.move_on_after(max(timeout, 0.0)):
+                await self._wake.wait()
+        woken, self._pending = self._pending, set()
+        self._wake = anyio.Event()
+        return woken
+
+
+class PostgresListener(Waker):
+    """The LISTEN connection; notifications for event types wake the worker."""
+
     def __init__(
         self,
         dsn: str,
@@ -40,29 +63,11 @@ class PostgresListener:
         self.probe_timeout_seconds = probe_timeout_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.probe_payload = f"{SWEEP}probe:{uuid.uuid4()}"
+        super().__init__()
         self.healthy = False
         self.reconnects = 0
-        self._pending: set[str] = set()
-        self._wake = anyio.Event()
         self._probe_heard = anyio.Event()
         self._lost = anyio.Event()
-
-    # -- consumer side ----------------------------------------------------
-
-    def push(self, event_types: set[str]) -> None:
-        self._pending |= event_types
-        self._wake.set()
-
-    async def wait(self, timeout: float) -> set[str]:
-        """Return the event types notified since the last call (empty on timeout)."""
-        if not self._pending:
-            with anyio.move_on_after(max(timeout, 0.0)):
-                await self._wake.wait()
-        woken, self._pending = self._pending, set()
-        self._wake = anyio.Event()
-        return woken
-
-    # -- connection side ----------------------------------------------------
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: object) -> None:
         if not isinstance(payload, str):

@@ -38,6 +38,7 @@ from .base import (
     PublishResult,
     StatusReport,
     SubscriptionSpec,
+    decode_headers,
 )
 from .listener import PostgresListener
 
@@ -98,19 +99,12 @@ def _columns(events: Sequence[OutgoingEvent]) -> tuple[list[Any], ...]:
     )
 
 
-def _headers(text: str | None) -> dict[str, str]:
-    if not text or text == "{}":
-        return {}
-    value = orjson.loads(text)
-    return value if isinstance(value, dict) else {}
-
-
 def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
     return DeliveryDetail(
         id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
         subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
         attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
-        headers=_headers(row["headers"]), correlation_id=row["correlation_id"],
+        headers=decode_headers(row["headers"]), correlation_id=row["correlation_id"],
         causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
         run_at=row["run_at"], updated_at=row["updated_at"], created_at=row["created_at"],
         history=history,
@@ -291,7 +285,7 @@ class PostgresBackend:
         return [
             ClaimedDelivery(
                 id=r[0], event_id=r[1], subscription_id=subscription_id, attempts=r[2],
-                lease_token=text_token, event_type=r[3], payload=r[4], headers=_headers(r[5]),
+                lease_token=text_token, event_type=r[3], payload=r[4], headers=decode_headers(r[5]),
                 key=r[6], correlation_id=r[7], ordering_key=r[8], created_at=r[9],
                 position=(r[10], r[0]),
             )

@@ -52,7 +52,7 @@ from .base import (
     StatusReport,
     SubscriptionSpec,
 )
-from .listener import SWEEP
+from .listener import SWEEP, Waker
 
 __all__ = ["SQLiteBackend"]
 
@@ -78,27 +78,6 @@ def _agree(name: str, argument: T | None, from_dsn: T | None, default: T) -> T:
     if argument is not None:
         return argument
     return from_dsn if from_dsn is not None else default
-
-
-class _Waker:
-    """In-process wake-ups: the same push/wait contract as PostgresListener."""
-
-    def __init__(self) -> None:
-        self._pending: set[str] = set()
-        self._wake = anyio.Event()
-
-    def push(self, event_types: set[str]) -> None:
-        self._pending |= event_types
-        self._wake.set()
-
-    async def wait(self, timeout: float) -> set[str]:
-        """Return the event types pushed since the last call (empty on timeout)."""
-        if not self._pending:
-            with anyio.move_on_after(max(timeout, 0.0)):
-                await self._wake.wait()
-        woken, self._pending = self._pending, set()
-        self._wake = anyio.Event()
-        return woken
 
 
 class SQLiteBackend:
@@ -154,7 +133,7 @@ class SQLiteBackend:
         self._wal_path = f"{self.path}-wal"
         self._wal_bytes = 0  # size of the WAL after this process's last commit
         self._open_lock = anyio.Lock()
-        self._waker = _Waker()
+        self._waker = Waker()
 
     # -- lifecycle -------------------------------------------------------
 
