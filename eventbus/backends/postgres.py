@@ -407,8 +407,18 @@ class PostgresBackend:
         return await self._each_dead_batch(flt, batch_size, self._purge_batch)
 
     async def _each_dead_batch(self, flt: DeadLetterFilter, batch_size: int, apply: Any) -> int:
-        """Walk the matching dead rows by id, one short transaction per batch."""
-        total, after = 0, 0
+        """Walk the matching dead rows by id, one short transaction per batch.
+
+        Named ids go straight to the guarded statement (it only touches rows
+        still dead); filters are walked in id order.
+        """
+        total = 0
+        if flt.ids is not None and not (flt.subscription or flt.event_type or flt.since):
+            ids = sorted(set(flt.ids))
+            for start in range(0, len(ids), batch_size):
+                total += await apply(ids[start:start + batch_size])
+            return total
+        after = 0
         while True:
             batch = await self.list_dead(flt, limit=batch_size, after_id=after)
             if not batch:
