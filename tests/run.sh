@@ -10,4 +10,5 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install --quiet -e '.[dev]'
 .venv/bin/ruff check eventbus handlers schemas tests benchmarks
 .venv/bin/mypy eventbus
+.venv/bin/lint-imports
 exec .venv/bin/pytest -m "not soak" "$@"

@@ -290,10 +290,6 @@ class SQLiteBackend:
     async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
         return await self._write(sync.register, specs)
 
-    async def backfill(self, subscription_id: int, spec: SubscriptionSpec) -> None:
-        """Add deliveries for events of the subscription's type it does not have yet."""
-        await self._write(sync.backfill, subscription_id, spec)
-
     # -- the delivery state machine -------------------------------------
 
     async def claim(
