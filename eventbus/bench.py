@@ -1,7 +1,8 @@
 """``eventbus bench``: end-to-end claim throughput on the configured database.
 
-Publishes N events beforehand in batches, then drains them with a no-op
-handler in burst mode and reports events per second. PostgreSQL runs use a
+Publishes N events beforehand in batches, refreshes PostgreSQL's statistics
+(as autovacuum would in steady state), then drains them with a no-op handler
+in burst mode and reports events per second. PostgreSQL runs use a
 scratch schema (``eventbus_bench``) that is dropped first; SQLite runs use a
 temporary file.
 """
@@ -49,11 +50,25 @@ async def scratch_bus(dsn: str | None, schema: str = "eventbus_bench") -> Bus:
     return bus
 
 
+async def _analyze(dsn: str | None, bus: Bus) -> None:
+    """Refresh PostgreSQL's statistics after the load, as autovacuum would."""
+    if bus.backend.kind != "postgres" or dsn is None:
+        return
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        schema = getattr(bus.backend, "schema", "eventbus")
+        await conn.execute(f'ANALYZE "{schema}".deliveries, "{schema}".events')
+    finally:
+        await conn.close()
+
+
 async def drain_throughput(
     dsn: str | None,
     n: int = 20_000,
     *,
-    concurrency: int = 100,
+    concurrency: int = 200,
     batch_size: int = 100,
     subscriptions: int = 1,
     handler_sleep_seconds: float = 0.0,
@@ -75,6 +90,8 @@ async def drain_throughput(
                 Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + publish_batch))
             )
         t1 = time.perf_counter()
+        await _analyze(dsn, bus)
+        t_drain = time.perf_counter()
         await Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=True).run()
         t2 = time.perf_counter()
         deliveries = n * subscriptions
@@ -83,7 +100,7 @@ async def drain_throughput(
             "concurrency": concurrency, "batch_size": batch_size,
             "handler_sleep_seconds": handler_sleep_seconds,
             "publish_per_second": n / (t1 - t0),
-            "deliveries_per_second": deliveries / (t2 - t1),
+            "deliveries_per_second": deliveries / (t2 - t_drain),
         }
     finally:
         await bus.aclose()
@@ -91,7 +108,7 @@ async def drain_throughput(
 
 @click.command()
 @click.option("--n", "n", default=20_000, show_default=True, help="Events to drain.")
-@click.option("--concurrency", default=100, show_default=True)
+@click.option("--concurrency", default=200, show_default=True)
 @click.option("--batch-size", default=100, show_default=True)
 @click.option("--subscriptions", default=1, show_default=True, help="Fan-out per event.")
 @click.option("--handler-sleep", default=0.0, show_default=True, help="Seconds per handler.")
