@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,9 +19,8 @@ from typing import Any
 import asyncpg
 
 from ..conftest import Target
+from ..processes import EVENTBUS, ROOT, Proc, ProcessGroup
 
-ROOT = Path(__file__).resolve().parents[2]
-EVENTBUS = str(Path(sys.executable).parent / "eventbus")
 APP = "tests.apps.fault_app:bus"
 
 
@@ -75,56 +72,18 @@ async def prepare(target: Target) -> None:
         await conn.close()
 
 
-class Proc:
-    def __init__(self, popen: subprocess.Popen[bytes], log: Path, name: str) -> None:
-        self.popen = popen
-        self.log = log
-        self.name = name
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            os.kill(self.popen.pid, sig)
-
-    async def wait(self, timeout: float) -> int | None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            rc = self.popen.poll()
-            if rc is not None:
-                return rc
-            await asyncio.sleep(0.05)
-        return None
-
-    def output(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-
-class Procs:
-    """The processes one test started; :meth:`close` stops every one of them."""
+class Procs(ProcessGroup):
+    """The processes one test started, against one PostgreSQL target."""
 
     def __init__(self, target: Target, logdir: Path) -> None:
+        super().__init__(logdir)
         self.target = target
-        self.logdir = logdir
-        self.all: list[Proc] = []
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = self.target.env()
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        env.update(extra or {})
-        return env
+        return super().env({**self.target.env(), **(extra or {})})
 
     def worker(self, *args: str, env: dict[str, str] | None = None, name: str = "w") -> Proc:
-        cmd = [EVENTBUS, "worker", APP, *args]
-        return self._spawn(cmd, env, name)
+        return self.spawn([EVENTBUS, "worker", APP, *args], env, name)
 
     def cli(self, *args: str, env: dict[str, str] | None = None,
             timeout: float = 30) -> subprocess.CompletedProcess[str]:
@@ -132,32 +91,6 @@ class Procs:
             [EVENTBUS, *args], cwd=ROOT, env=self.env(env), capture_output=True, text=True,
             timeout=timeout,
         )
-
-    def _spawn(self, cmd: list[str], env: dict[str, str] | None, name: str) -> Proc:
-        log = self.logdir / f"{name}-{len(self.all)}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(
-                cmd, cwd=ROOT, env=self.env(env), stdout=out, stderr=subprocess.STDOUT,
-            )
-        proc = Proc(popen, log, name)
-        self.all.append(proc)
-        return proc
-
-    async def close(self, grace: float = 5.0) -> None:
-        for p in self.all:
-            if p.alive():
-                try:
-                    os.kill(p.pid, signal.SIGCONT)  # a stopped process cannot handle SIGTERM
-                    p.signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + grace
-        for p in self.all:
-            await p.wait(max(0.0, deadline - time.monotonic()))
-        for p in self.all:
-            if p.alive():
-                p.signal(signal.SIGKILL)
-                p.popen.wait(timeout=10)
 
     def status_json(self) -> dict[str, Any]:
         result = self.cli("status", "--json")

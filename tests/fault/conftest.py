@@ -24,7 +24,7 @@ async def procs(fault_target: Target, tmp_path: Path) -> AsyncIterator[Procs]:
     try:
         yield p
     finally:
-        await p.close()
+        await p.aclose()
 
 
 @pytest.fixture

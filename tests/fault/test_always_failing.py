@@ -52,7 +52,7 @@ async def test_always_failing_then_replay(fault_target, procs, db) -> None:
 
     # "Fix" the handler: restart the worker with FAULT_FIXED=1, then replay.
     broken.signal(signal.SIGTERM)
-    assert await broken.wait(15) == 0, broken.output()
+    assert await broken.wait_async(15) == 0, broken.output()
     fixed = procs.worker("--poll-interval", "5", env={**env, "FAULT_FIXED": "1"}, name="fixed")
     await worker_id_of(db, s, fixed.pid)
     result = procs.cli("dlq", "replay", "--all", "--yes")

@@ -118,7 +118,7 @@ async def _clean_run(pg_dsn: str, tmp_path) -> tuple[float, float, int]:
         await _check_invariants(db, target.schema)
         return await _throughput(db, target.schema)
     finally:
-        await procs.close()
+        await procs.aclose()
         await db.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE')
         await db.close()
 
@@ -140,7 +140,7 @@ async def test_kill_soak(fault_target, procs, db, pg_dsn, tmp_path) -> None:
             f'SELECT id FROM "{s}".workers WHERE pid = $1', victim.pid)
         at = await db.fetchval("SELECT clock_timestamp()")
         victim.signal(signal.SIGKILL)
-        await victim.wait(5)
+        await victim.wait_async(5)
         kills.append((wid, at))
         workers[i] = procs.worker(*WORKER_ARGS, env=WORKER_ENV, name=f"w{i}")
     assert len(kills) >= 6, f"the workload ended after only {len(kills)} kills"
@@ -189,7 +189,7 @@ async def test_kill_soak_long(fault_target, procs, db) -> None:
         await asyncio.sleep(rng.uniform(0.3, 0.8))
         i = rng.randrange(len(workers))
         workers[i].signal(signal.SIGKILL)
-        await workers[i].wait(5)
+        await workers[i].wait_async(5)
         kills += 1
         workers[i] = procs.worker(*WORKER_ARGS, env=WORKER_ENV, name=f"w{i}")
     await wait_until(lambda: settled(db, s), 90, interval=0.2, what="soak to finish")

@@ -135,5 +135,5 @@ async def test_postgres_restart(tmp_path) -> None:
               f"{worker_gap:.2f}s; backlog drained {drained:.1f}s after publishing stopped")
     finally:
         if procs is not None:
-            await procs.close()
+            await procs.aclose()
         await asyncio.to_thread(server.destroy)

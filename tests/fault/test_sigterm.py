@@ -35,7 +35,7 @@ async def test_sigterm_under_load_leaves_no_claims(fault_target, procs, db, grac
         f"SELECT count(*) FROM \"{s}\".deliveries WHERE status='processing' AND worker_id=$1", wid)
     t0 = time.monotonic()
     w.signal(signal.SIGTERM)
-    rc = await w.wait(float(grace) + 15)
+    rc = await w.wait_async(float(grace) + 15)
     exit_seconds = time.monotonic() - t0
     assert rc == 0, w.output()
     print(f"\nSIGTERM with {in_flight} in flight (grace {grace}s, handler {sleep}s): "
@@ -66,7 +66,7 @@ async def test_sigterm_under_load_leaves_no_claims(fault_target, procs, db, grac
     # A fresh burst worker finishes the rest: every order completed once, one follow-up each.
     drain = procs.worker("--burst", "--concurrency", "100", env={"FAULT_LEASE": "30"},
                          name="drain")
-    assert await drain.wait(40) == 0, drain.output()
+    assert await drain.wait_async(40) == 0, drain.output()
     assert await settled(db, s)
     assert await db.fetchval(
         f"SELECT count(*) FROM \"{s}\".events WHERE event_type='fault.followup'") == 200

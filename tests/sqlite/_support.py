@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import sqlite3
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -23,8 +21,8 @@ from typing import Any, NamedTuple
 
 from eventbus import Bus
 
-ROOT = Path(__file__).resolve().parents[2]
-EVENTBUS = str(Path(sys.executable).parent / "eventbus")
+from ..processes import EVENTBUS, Proc, ProcessGroup
+
 APP = "tests.apps.sqlite_app:bus"
 
 # What must never reach a log: lock errors, tracebacks, failed database calls.
@@ -135,56 +133,18 @@ def wait_until(check: Callable[[], Any], timeout: float, interval: float = 0.05,
         time.sleep(interval)
 
 
-class Proc:
-    def __init__(self, popen: subprocess.Popen[bytes], log: Path, name: str) -> None:
-        self.popen = popen
-        self.log = log
-        self.name = name
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            os.kill(self.popen.pid, sig)
-
-    def kill(self) -> None:
-        """SIGKILL and reap."""
-        self.signal(signal.SIGKILL)
-        self.popen.wait(timeout=10)
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def output(self) -> str:
-        try:
-            return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
-
-
-class Procs:
-    """The processes one test started; :meth:`close` stops every one of them."""
+class Procs(ProcessGroup):
+    """The processes one test started, on one SQLite file."""
 
     def __init__(self, dsn: str, records: Path, logdir: Path) -> None:
+        super().__init__(logdir)
         self.dsn = dsn
         self.records = records
-        self.logdir = logdir
-        self.all: list[Proc] = []
         records.mkdir(exist_ok=True)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ, EVENTBUS_DSN=self.dsn, SQ_RECORDS=str(self.records))
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        env.update(extra or {})
-        return env
+        own = {"EVENTBUS_DSN": self.dsn, "SQ_RECORDS": str(self.records)}
+        return super().env({**own, **(extra or {})})
 
     def worker(self, *args: str, env: dict[str, str] | None = None, name: str = "w") -> Proc:
         return self.spawn([EVENTBUS, "worker", APP, *args], env, name)
@@ -194,33 +154,6 @@ class Procs:
         """``tests.apps.sqlite_publisher``; its stdout (the acks) goes to ``<log>.out``."""
         return self.spawn([sys.executable, "-m", "tests.apps.sqlite_publisher", *args], env,
                           name, split_stdout=True)
-
-    def spawn(self, cmd: list[str], env: dict[str, str] | None, name: str,
-              split_stdout: bool = False) -> Proc:
-        log = self.logdir / f"{name}-{len(self.all)}.log"
-        with open(log, "wb") as err, open(log.with_suffix(".out"), "wb") as out:
-            popen = subprocess.Popen(
-                cmd, cwd=ROOT, env=self.env(env), stdout=out if split_stdout else err,
-                stderr=err,
-            )
-        proc = Proc(popen, log, name)
-        self.all.append(proc)
-        return proc
-
-    def close(self, grace: float = 5.0) -> None:
-        for p in self.all:
-            if p.alive():
-                try:
-                    os.kill(p.pid, signal.SIGCONT)
-                    os.kill(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + grace
-        for p in self.all:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        for p in self.all:
-            if p.alive():
-                p.kill()
 
     def bad_log_lines(self) -> list[str]:
         return [f"{p.name}[{p.pid}]: {line}" for p in self.all

@@ -12,7 +12,7 @@ from eventbus import Bus, ConfigurationError
 from eventbus.backends._sqlite_conn import DsnOptions, parse_dsn
 from eventbus.backends.sqlite import SQLiteBackend
 
-from ._support import EVENTBUS, ROOT
+from ..processes import EVENTBUS, ROOT
 
 
 def test_parse_dsn_reads_known_options() -> None:
