@@ -176,11 +176,12 @@ SELECT min(run_at) - (julianday('now') - 2440587.5) * 86400.0
 FROM deliveries WHERE subscription_id = :subscription_id AND status = 'pending';
 
 -- name: status
-SELECT e.event_type, s.name AS subscription, d.status, count(*) AS count
-FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
-GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+-- Counted on the narrow table alone: a subscription has one event type.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM deliveries GROUP BY 1, 2) c
+JOIN subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
 
 -- name: status_oldest_pending
 SELECT (julianday('now') - 2440587.5) * 86400.0 - min(run_at)
