@@ -77,6 +77,10 @@ def worker(obj: Obj, app: str, concurrency: int, batch_size: int, burst: bool,
                        poll_interval_seconds=poll_interval, grace_seconds=grace,
                        recovery_interval_seconds=recovery_interval,
                        subscriptions=subscriptions or None)
+            names = subscriptions or tuple(bus.subscriptions)
+            click.echo(f"worker {w.id} ({bus.backend.kind}): {', '.join(names)}; "
+                       f"concurrency {concurrency}, batch {batch_size}"
+                       f"{', burst' if burst else ''}", err=True)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signals, w, tg.cancel_scope)
                 await w.run()
