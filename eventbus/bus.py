@@ -119,17 +119,21 @@ class Bus(Router):
         causation_id: int | None = None,
     ) -> OutgoingEvent:
         """Encode and check one event; raises a :class:`PublishError` subclass."""
-        payload = encode_event(event)
-        if len(payload) > self.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"{event_type_of(type(event))} payload is {len(payload)} bytes, "
-                f"over the limit of {self.max_payload_bytes}"
-            )
+        event_type = event_type_of(type(event))
+        payload = self._checked_size(event_type, encode_event(event))
         return OutgoingEvent(
-            event_type=event_type_of(type(event)), payload=payload, key=key,
+            event_type=event_type, payload=payload, key=key,
             headers=headers or {}, delay_seconds=_seconds(delay),
             correlation_id=correlation_id, causation_id=causation_id, ordering_key=ordering_key,
         )
+
+    def _checked_size(self, event_type: str, payload: bytes) -> bytes:
+        if len(payload) > self.max_payload_bytes:
+            raise PayloadTooLarge(
+                f"{event_type} payload is {len(payload)} bytes, "
+                f"over the limit of {self.max_payload_bytes}"
+            )
+        return payload
 
     async def publish(
         self,
@@ -168,10 +172,7 @@ class Bus(Router):
         self, event_type: str, payload: bytes, *, key: str | None = None, delay: float = 0.0
     ) -> PublishResult:
         """Publish an already encoded JSON payload (used by the CLI)."""
-        if len(payload) > self.max_payload_bytes:
-            raise PayloadTooLarge(
-                f"payload is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
-            )
+        self._checked_size(event_type, payload)
         out = OutgoingEvent(event_type=event_type, payload=payload, key=key, delay_seconds=delay)
         (result,) = await self.backend.publish([out])
         return result

@@ -88,7 +88,6 @@ class _Queue(Generic[T]):
 class _InFlight:
     token: str
     lease_seconds: float
-    started: float
 
 
 class Worker:
@@ -282,11 +281,8 @@ class Worker:
         return {sub_id for t in woken for sub_id in self._by_type.get(t, ())}
 
     def _start(self, active: _Active, batch: list[ClaimedDelivery]) -> None:
-        now = time.monotonic()
         for delivery in batch:
-            self._in_flight[delivery.id] = _InFlight(
-                delivery.lease_token, active.sub.lease_seconds, now
-            )
+            self._in_flight[delivery.id] = _InFlight(delivery.lease_token, active.sub.lease_seconds)
             self._running += 1
             self._queue.put((active.sub, delivery))
 

@@ -302,9 +302,6 @@ UPDATE {schema}.deliveries SET status = 'cancelled', updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'pending'
 RETURNING id;
 
--- name: notify_probe
-SELECT pg_notify($1, $2);
-
 -- name: notify_subscriptions
 SELECT pg_notify($1, event_type) FROM {schema}.subscriptions WHERE id = ANY($2::int[]);
 
