@@ -20,7 +20,7 @@ import anyio
 import asyncpg
 
 from eventbus import Context, Envelope, Worker
-from eventbus.bench import BenchEvent, drain_throughput, scratch_bus
+from eventbus.cli.bench import BenchEvent, drain_throughput, scratch_bus
 
 SCHEMA = "eventbus_bench"
 

@@ -19,7 +19,7 @@ import time
 import anyio
 
 from eventbus import Bus, Context, Envelope
-from eventbus.bench import BenchEvent, scratch_bus
+from eventbus.cli.bench import BenchEvent, scratch_bus
 
 SCHEMA = "eventbus_bench"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from eventbus.bench import drain_throughput
+from eventbus.cli.bench import drain_throughput
 
 
 def _summary(rates: list[float]) -> dict[str, Any]:

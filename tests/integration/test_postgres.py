@@ -170,7 +170,7 @@ async def test_idle_worker_wakes_on_notify_well_before_the_poll(pg_bus) -> None:
 async def test_migrate_twice_is_a_no_op_and_edits_are_refused(pg_target) -> None:
     bus = pg_target.bus()
     try:
-        from eventbus.migrate import discover
+        from eventbus.backends._migrations import discover
 
         assert await bus.migrate() == [m.name for m in discover("postgres")]
         assert await bus.migrate() == []

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from eventbus import Bus, ConfigurationError
-from eventbus.backends._sqlite_conn import DsnOptions, parse_dsn
 from eventbus.backends.sqlite import SQLiteBackend
+from eventbus.backends.sqlite._link import DsnOptions, parse_dsn
 
 from ..processes import EVENTBUS, ROOT
 

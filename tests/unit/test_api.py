@@ -14,9 +14,9 @@ from eventbus import (
     HandlerSignatureError,
     RetryPolicy,
 )
+from eventbus.backends._migrations import Migration, discover, pending
+from eventbus.backends._sql import validate_schema
 from eventbus.event import decode_event, encode_event
-from eventbus.migrate import Migration, discover, pending
-from eventbus.sql import validate_schema
 
 from ..helpers import OrderPlaced, PaymentRequested
 

@@ -18,11 +18,11 @@ import anyio
 import click
 import msgspec
 
-from ._cli_common import Obj, run
-from .bus import Bus, Envelope
-from .context import Context
-from .event import Event
-from .worker import Worker
+from ..bus import Bus, Envelope
+from ..context import Context
+from ..event import Event
+from ..worker import Worker
+from ._common import Obj, run
 
 __all__ = ["BenchEvent", "bench", "drain_throughput", "scratch_bus"]
 

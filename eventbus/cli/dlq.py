@@ -10,9 +10,9 @@ from typing import Any
 import click
 import msgspec
 
-from ._cli_common import Obj, enc_hook, run
-from .backends.base import DeadLetterFilter, DeliveryDetail
-from .bus import Bus
+from ..backends.base import DeadLetterFilter, DeliveryDetail
+from ..bus import Bus
+from ._common import Obj, enc_hook, run
 
 __all__ = ["dlq"]
 

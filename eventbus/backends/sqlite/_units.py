@@ -16,10 +16,9 @@ from typing import Any
 
 import orjson
 
-from .. import migrate as migrations
-from ..errors import PublishError, RegistrationError
-from ._sqlite_conn import Queries
-from .base import (
+from ...errors import PublishError, RegistrationError
+from .. import _migrations as migrations
+from ..base import (
     AttemptRecord,
     ClaimedDelivery,
     Completion,
@@ -33,6 +32,7 @@ from .base import (
     SubscriptionSpec,
     decode_headers,
 )
+from ._link import Queries
 
 Row = sqlite3.Row
 

@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import anyio.lowlevel
 
+from ..backends._wakeup import SWEEP
+from ..backends.base import ClaimedDelivery, Completion, DeliveryId, Failure
+from ..context import Context
+from ..errors import BackendError, DeadLetter, DecodeError, HandlerTimeout, Retry
+from ..event import Event, decode_event
+from ..router import Subscription
 from ._results import ResultWriter
-from .backends.base import ClaimedDelivery, Completion, DeliveryId, Failure
-from .backends.listener import SWEEP
-from .context import Context
-from .errors import BackendError, DeadLetter, DecodeError, HandlerTimeout, Retry
-from .event import Event, decode_event
-from .router import Subscription
 
 if TYPE_CHECKING:
-    from .bus import Bus
+    from ..bus import Bus
 
 __all__ = ["Worker"]
 

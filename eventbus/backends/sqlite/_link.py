@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 import aiosqlite
 import anyio
 
-from ..errors import (
+from ...errors import (
     BackendError,
     BackendUnavailable,
     ConfigurationError,

@@ -14,8 +14,7 @@ import anyio
 import asyncpg
 import orjson
 
-from .. import migrate as migrations
-from ..errors import (
+from ...errors import (
     BackendError,
     BackendUnavailable,
     EventBusError,
@@ -24,8 +23,9 @@ from ..errors import (
     RegistrationError,
     SchemaNotMigrated,
 )
-from ..sql import load_queries, quote_schema, validate_schema
-from .base import (
+from .. import _migrations as migrations
+from .._sql import load_queries, quote_schema, validate_schema
+from ..base import (
     AttemptRecord,
     ClaimedDelivery,
     Completion,
@@ -40,7 +40,7 @@ from .base import (
     SubscriptionSpec,
     decode_headers,
 )
-from .listener import PostgresListener
+from ._listener import PostgresListener
 
 __all__ = ["PostgresBackend"]
 
@@ -128,7 +128,7 @@ class PostgresBackend:
         self.dsn = dsn
         self.schema = validate_schema(schema)
         self.notify_channel = f"eventbus_{self.schema}"
-        self.q = load_queries("postgres.sql", self.schema)
+        self.q = load_queries("postgres", self.schema)
         self._pool_size = (min_pool_size, max_pool_size)
         self._command_timeout = command_timeout
         self._pool: asyncpg.Pool | None = None

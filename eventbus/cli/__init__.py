@@ -15,12 +15,12 @@ import click
 import msgspec
 import orjson
 
-from ._cli_common import Obj, enc_hook, load_app, run
-from ._cli_dlq import dlq
-from .backends.base import StatusReport
+from ..backends.base import StatusReport
+from ..errors import ConfigurationError
+from ..worker import Worker
+from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
-from .errors import ConfigurationError
-from .worker import Worker
+from .dlq import dlq
 
 __all__ = ["main"]
 

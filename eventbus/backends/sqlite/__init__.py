@@ -30,17 +30,16 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .. import migrate as migrations
-from ..errors import (
+from ...errors import (
     BackendError,
     BackendUnavailable,
     ConfigurationError,
     NotFound,
 )
-from ..sql import load_queries
-from . import _sqlite_conn as sqlconn
-from . import _sqlite_sync as sync
-from .base import (
+from .. import _migrations as migrations
+from .._sql import load_queries
+from .._wakeup import SWEEP, Waker
+from ..base import (
     ClaimedDelivery,
     Completion,
     DeadLetterFilter,
@@ -52,7 +51,8 @@ from .base import (
     StatusReport,
     SubscriptionSpec,
 )
-from .listener import SWEEP, Waker
+from . import _link as sqlconn
+from . import _units as sync
 
 __all__ = ["SQLiteBackend"]
 
@@ -123,7 +123,7 @@ class SQLiteBackend:
         self.poll_interval_seconds = poll_interval_seconds
         # Give up on a locked file only after several busy timeouts.
         self.lock_deadline_seconds = max(5.0, 4 * busy_timeout_ms / 1000)
-        self.q = load_queries("sqlite.sql", "main")
+        self.q = load_queries("sqlite", "main")
         self.listener_ok = False
         self.listener_reconnects = 0
         self._writer: sqlconn.Link | None = None

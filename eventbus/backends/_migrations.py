@@ -14,7 +14,7 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
-from .errors import MigrationChecksumMismatch, MigrationError
+from ..errors import MigrationChecksumMismatch, MigrationError
 
 __all__ = ["Migration", "check_applied", "discover", "pending"]
 
@@ -37,7 +37,7 @@ def _folder(backend: str) -> Traversable:
     if packaged.is_dir():
         return packaged
     # Development checkout: the migrations sit beside the package.
-    return Path(__file__).resolve().parent.parent / "migrations" / backend
+    return Path(__file__).resolve().parents[2] / "migrations" / backend
 
 
 def discover(backend: str) -> list[Migration]:

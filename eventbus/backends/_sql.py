@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 __all__ = ["load_queries", "quote_schema", "validate_schema"]
 
@@ -38,9 +38,9 @@ def render(sql: str, schema: str) -> str:
     return sql.replace("{schema}", quote_schema(schema))
 
 
-def load_queries(filename: str, schema: str) -> dict[str, str]:
-    """Parse the named blocks of ``eventbus/backends/<filename>``."""
-    text = resources.files("eventbus.backends").joinpath(filename).read_text("utf-8")
+def load_queries(backend: str, schema: str) -> dict[str, str]:
+    """Parse the named blocks of ``eventbus/backends/<backend>/queries.sql``."""
+    text = resources.files(f"eventbus.backends.{backend}").joinpath("queries.sql").read_text("utf-8")
     parts = _NAME_RE.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):

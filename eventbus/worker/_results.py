@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import anyio
 
-from .backends.base import Backend, Completion, DeliveryId, Failure
-from .backends.listener import SWEEP
-from .errors import BackendError
+from ..backends._wakeup import SWEEP
+from ..backends.base import Backend, Completion, DeliveryId, Failure
+from ..errors import BackendError
 
 __all__ = ["ResultWriter"]
 

@@ -14,8 +14,8 @@ import anyio
 import click
 import msgspec
 
-from .bus import Bus
-from .errors import ConfigurationError, EventBusError
+from ..bus import Bus
+from ..errors import ConfigurationError, EventBusError
 
 __all__ = ["Obj", "enc_hook", "load_app", "run"]
 
