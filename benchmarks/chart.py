@@ -30,8 +30,10 @@ def main() -> None:
     args = parser.parse_args()
     records = [r for p in args.paths for r in json.loads(Path(p).read_text())]
     noop, one_ms = best(records, "drain_noop"), best(records, "drain_1ms")
-    limit = max((float(r["median"]) for r in records
-                 if r["scenario"] == "bare_skip_locked" and r["workers"] == 1), default=None)
+    limit = max(
+        (float(r["median"]) for r in records if r["scenario"] == "bare_skip_locked" and r["workers"] == 1),
+        default=None,
+    )
 
     import matplotlib
 
@@ -44,8 +46,9 @@ def main() -> None:
     ax.bar([x - 0.2 for x in xs], [noop[s] for s in systems], 0.4, label="no-op handler")
     ax.bar([x + 0.2 for x in xs], [one_ms.get(s, 0) for s in systems], 0.4, label="1 ms handler")
     if limit:
-        ax.axhline(limit, linestyle="--", color="grey",
-                   label=f"bare SKIP LOCKED loop, 1 connection ({limit:,.0f}/s)")
+        ax.axhline(
+            limit, linestyle="--", color="grey", label=f"bare SKIP LOCKED loop, 1 connection ({limit:,.0f}/s)"
+        )
     ax.set_xticks(list(xs), systems)
     ax.set_ylabel("events/s (median of 3, best setting)")
     ax.set_title("End-to-end drain of 20,000 events, one worker process, 2 cores, PostgreSQL 15")

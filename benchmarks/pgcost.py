@@ -24,6 +24,7 @@ from eventbus.cli.bench import BenchEvent, drain_throughput, scratch_bus
 
 SCHEMA = "eventbus_bench"
 
+
 async def held_xmin(dsn: str, n: int) -> dict[str, Any]:
     """Drain throughput with and without a transaction holding back xmin."""
     clean = await drain_throughput(dsn, n, concurrency=100, batch_size=100)
@@ -37,8 +38,13 @@ async def held_xmin(dsn: str, n: int) -> dict[str, Any]:
     finally:
         await holder.close()
     ratio = held["deliveries_per_second"] / clean["deliveries_per_second"]
-    return {"scenario": "held_xmin", "n": n, "clean": clean["deliveries_per_second"],
-            "held": held["deliveries_per_second"], "ratio": ratio}
+    return {
+        "scenario": "held_xmin",
+        "n": n,
+        "clean": clean["deliveries_per_second"],
+        "held": held["deliveries_per_second"],
+        "ratio": ratio,
+    }
 
 
 async def steady_pickup(dsn: str, rate: int, seconds: float) -> dict[str, Any]:
@@ -78,9 +84,17 @@ async def steady_pickup(dsn: str, rate: int, seconds: float) -> dict[str, Any]:
     def pct(p: float) -> float:
         return ms[min(len(ms) - 1, int(len(ms) * p))]
 
-    return {"scenario": "steady_pickup", "rate": rate, "achieved_rate": achieved,
-            "handled": len(ms), "sent": ticks * per_tick, "unit": "ms",
-            "p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99)}
+    return {
+        "scenario": "steady_pickup",
+        "rate": rate,
+        "achieved_rate": achieved,
+        "handled": len(ms),
+        "sent": ticks * per_tick,
+        "unit": "ms",
+        "p50": pct(0.50),
+        "p95": pct(0.95),
+        "p99": pct(0.99),
+    }
 
 
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:

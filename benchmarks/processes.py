@@ -27,6 +27,7 @@ bus = Bus(schema=SCHEMA) if os.environ.get("EVENTBUS_DSN") else None
 
 
 if bus is not None:
+
     @bus.subscribe(BenchEvent, name="bench-0")
     async def handle(event: BenchEvent, ctx: Context) -> None:
         pass
@@ -35,22 +36,32 @@ if bus is not None:
 async def prepare(dsn: str, n: int) -> None:
     scratch = await scratch_bus(dsn, SCHEMA)
     try:
+
         @scratch.subscribe(BenchEvent, name="bench-0")
         async def handle(event: BenchEvent, ctx: Context) -> None:
             pass
 
         await scratch.register()
         for start in range(0, n, 1000):
-            await scratch.publish_many(
-                Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + 1000)))
+            await scratch.publish_many(Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + 1000)))
     finally:
         await scratch.aclose()
 
 
 def drain(dsn: str, processes: int, concurrency: int, batch: int) -> float:
     env = dict(os.environ, EVENTBUS_DSN=dsn, EVENTBUS_SCHEMA=SCHEMA)
-    cmd = [sys.executable, "-m", "eventbus", "worker", "benchmarks.processes:bus", "--burst",
-           "--concurrency", str(concurrency), "--batch-size", str(batch)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "eventbus",
+        "worker",
+        "benchmarks.processes:bus",
+        "--burst",
+        "--concurrency",
+        str(concurrency),
+        "--batch-size",
+        str(batch),
+    ]
     t0 = time.perf_counter()
     procs = [subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL) for _ in range(processes)]
     for p in procs:
@@ -74,9 +85,11 @@ def main() -> None:
     for _ in range(args.runs):
         anyio.run(prepare, args.dsn, args.n)
         rates.append(args.n / drain(args.dsn, args.processes, args.concurrency, args.batch_size))
-    print(f"{args.processes} processes: median {statistics.median(rates):,.0f} events/s "
-          f"(runs {[round(r) for r in rates]}; start-up and exit on an empty queue "
-          f"{startup[0]:.2f}s, included)")
+    print(
+        f"{args.processes} processes: median {statistics.median(rates):,.0f} events/s "
+        f"(runs {[round(r) for r in rates]}; start-up and exit on an empty queue "
+        f"{startup[0]:.2f}s, included)"
+    )
 
 
 if __name__ == "__main__":

@@ -70,10 +70,17 @@ async def _drain_in_process(dsn: str, concurrency: int, batch_size: int) -> None
 def _drain_processes(dsn: str, processes: int, concurrency: int, batch_size: int) -> None:
     env = dict(os.environ, EVENTBUS_DSN=dsn)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    cmd = [EVENTBUS, "worker", APP, "--burst", "--concurrency", str(concurrency),
-           "--batch-size", str(batch_size)]
-    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE)
-             for _ in range(processes)]
+    cmd = [
+        EVENTBUS,
+        "worker",
+        APP,
+        "--burst",
+        "--concurrency",
+        str(concurrency),
+        "--batch-size",
+        str(batch_size),
+    ]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.PIPE) for _ in range(processes)]
     try:
         for p in procs:
             _out, err = p.communicate(timeout=600)
@@ -90,7 +97,8 @@ def _completed(path: str) -> tuple[int, float]:
     conn = sqlite3.connect(path)
     try:
         done, last = conn.execute(
-            "SELECT count(*), max(updated_at) FROM deliveries WHERE status = 'completed'").fetchone()
+            "SELECT count(*), max(updated_at) FROM deliveries WHERE status = 'completed'"
+        ).fetchone()
     finally:
         conn.close()
     return int(done), float(last or 0.0)
@@ -128,26 +136,34 @@ def startup_seconds(processes: int, synchronous: str) -> float:
 def main(args: argparse.Namespace) -> dict[str, Any]:
     rates = []
     for _ in range(args.runs):
-        rates.append(one_run(args.n, args.processes, args.synchronous, args.concurrency,
-                             args.batch_size))
+        rates.append(one_run(args.n, args.processes, args.synchronous, args.concurrency, args.batch_size))
         print(f"  run: {rates[-1]:,.0f} events/s", file=sys.stderr)
     median = statistics.median(rates)
     startup = startup_seconds(args.processes, args.synchronous)
     return {
-        "scenario": "sqlite_drain_noop", "n": args.n, "processes": args.processes,
-        "synchronous": args.synchronous, "concurrency": args.concurrency,
-        "batch_size": args.batch_size, "unit": "events/s", "runs": rates,
-        "median": median, "min": min(rates), "max": max(rates),
+        "scenario": "sqlite_drain_noop",
+        "n": args.n,
+        "processes": args.processes,
+        "synchronous": args.synchronous,
+        "concurrency": args.concurrency,
+        "batch_size": args.batch_size,
+        "unit": "events/s",
+        "runs": rates,
+        "median": median,
+        "min": min(rates),
+        "max": max(rates),
         "startup_seconds": startup,
         # An estimate: the median drain with the processes' start-up taken out.
         "median_excluding_startup": args.n / max(args.n / median - startup, 1e-9),
-        "sqlite_version": sqlite3.sqlite_version, "cpus": os.cpu_count(),
+        "sqlite_version": sqlite3.sqlite_version,
+        "cpus": os.cpu_count(),
     }
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, default=20_000)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--synchronous", choices=["FULL", "NORMAL"], default="FULL")

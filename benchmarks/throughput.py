@@ -32,12 +32,26 @@ async def drain(
     for concurrency, batch, sleep, subs in settings:
         rates = []
         for _ in range(runs):
-            r = await drain_throughput(dsn, n, concurrency=concurrency, batch_size=batch,
-                                       subscriptions=subs, handler_sleep_seconds=sleep)
+            r = await drain_throughput(
+                dsn,
+                n,
+                concurrency=concurrency,
+                batch_size=batch,
+                subscriptions=subs,
+                handler_sleep_seconds=sleep,
+            )
             rates.append(r["deliveries_per_second"])
-        out.append({"scenario": "drain_1ms" if sleep else "drain_noop", "n": n,
-                    "concurrency": concurrency, "batch_size": batch, "subscriptions": subs,
-                    "unit": "deliveries/s", **_summary(rates)})
+        out.append(
+            {
+                "scenario": "drain_1ms" if sleep else "drain_noop",
+                "n": n,
+                "concurrency": concurrency,
+                "batch_size": batch,
+                "subscriptions": subs,
+                "unit": "deliveries/s",
+                **_summary(rates),
+            }
+        )
         print(out[-1])
     return out
 

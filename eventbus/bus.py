@@ -122,16 +122,20 @@ class Bus(Router):
         event_type = event_type_of(type(event))
         payload = self._checked_size(event_type, encode_event(event))
         return OutgoingEvent(
-            event_type=event_type, payload=payload, key=key,
-            headers=headers or {}, delay_seconds=_seconds(delay),
-            correlation_id=correlation_id, causation_id=causation_id, ordering_key=ordering_key,
+            event_type=event_type,
+            payload=payload,
+            key=key,
+            headers=headers or {},
+            delay_seconds=_seconds(delay),
+            correlation_id=correlation_id,
+            causation_id=causation_id,
+            ordering_key=ordering_key,
         )
 
     def _checked_size(self, event_type: str, payload: bytes) -> bytes:
         if len(payload) > self.max_payload_bytes:
             raise PayloadTooLarge(
-                f"{event_type} payload is {len(payload)} bytes, "
-                f"over the limit of {self.max_payload_bytes}"
+                f"{event_type} payload is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
             )
         return payload
 
@@ -161,9 +165,9 @@ class Bus(Router):
     ) -> list[PublishResult]:
         """Publish a batch in one round trip; results are in input order."""
         batch = [
-            self.outgoing(e.event, key=e.key, delay=e.delay, headers=e.headers,
-                          ordering_key=e.ordering_key)
-            if isinstance(e, Envelope) else self.outgoing(e)
+            self.outgoing(e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key)
+            if isinstance(e, Envelope)
+            else self.outgoing(e)
             for e in events
         ]
         return await self.backend.publish(batch, connection)
@@ -190,8 +194,12 @@ class Bus(Router):
         subs = [s for s in self.subscriptions.values() if names is None or s.name in names]
         return [
             SubscriptionSpec(
-                name=s.name, event_type=s.event_type, max_attempts=s.retry.max_attempts,
-                lease_seconds=s.lease_seconds, ordered=s.ordered, start_from=s.start_from,
+                name=s.name,
+                event_type=s.event_type,
+                max_attempts=s.retry.max_attempts,
+                lease_seconds=s.lease_seconds,
+                ordered=s.ordered,
+                start_from=s.start_from,
             )
             for s in subs
         ]

@@ -73,7 +73,12 @@ class Context:
         """
         self.follow_ups.append(
             self._build(
-                event, key=key, delay=delay, headers=headers, ordering_key=ordering_key,
-                correlation_id=self.correlation_id, causation_id=self.event_id,
+                event,
+                key=key,
+                delay=delay,
+                headers=headers,
+                ordering_key=ordering_key,
+                correlation_id=self.correlation_id,
+                causation_id=self.event_id,
             )
         )

@@ -65,7 +65,7 @@ def event_type_of(cls: type[Event]) -> str:
     if not name:
         raise ConfigurationError(
             f"{cls.__qualname__} has no event_type: declare it as "
-            f"`class {cls.__name__}(Event, event_type=\"...\")`"
+            f'`class {cls.__name__}(Event, event_type="...")`'
         )
     return str(name)
 

@@ -55,8 +55,7 @@ def _check_handler(handler: Callable[..., Any], event_class: type[Event]) -> Non
     if annotated is not None and annotated is not event_class:
         if not (isinstance(annotated, type) and issubclass(event_class, annotated)):
             raise HandlerSignatureError(
-                f"handler {name} is annotated for {annotated!r} but subscribes to "
-                f"{event_class.__qualname__}"
+                f"handler {name} is annotated for {annotated!r} but subscribes to {event_class.__qualname__}"
             )
 
 
@@ -83,8 +82,10 @@ class Router:
         policy = retry or RetryPolicy()
         if max_attempts is not None:
             policy = RetryPolicy(
-                max_attempts=max_attempts, base_delay_seconds=policy.base_delay_seconds,
-                max_delay_seconds=policy.max_delay_seconds, jitter=policy.jitter,
+                max_attempts=max_attempts,
+                base_delay_seconds=policy.base_delay_seconds,
+                max_delay_seconds=policy.max_delay_seconds,
+                jitter=policy.jitter,
                 non_retryable=policy.non_retryable,
             )
         if lease_seconds <= 0:
@@ -93,20 +94,25 @@ class Router:
         def decorate(handler: H) -> H:
             _check_handler(handler, event_class)
             sub_name = name or f"{handler.__module__}.{handler.__qualname__}"
-            self.add(Subscription(
-                name=sub_name, event_class=event_class, handler=handler, retry=policy,
-                lease_seconds=lease_seconds, timeout_seconds=timeout_seconds,
-                ordered=ordered, start_from=start_from,
-            ))
+            self.add(
+                Subscription(
+                    name=sub_name,
+                    event_class=event_class,
+                    handler=handler,
+                    retry=policy,
+                    lease_seconds=lease_seconds,
+                    timeout_seconds=timeout_seconds,
+                    ordered=ordered,
+                    start_from=start_from,
+                )
+            )
             return handler
 
         return decorate
 
     def add(self, subscription: Subscription) -> None:
         if subscription.name in self.subscriptions:
-            raise DuplicateSubscription(
-                f"a subscription named {subscription.name!r} is already registered"
-            )
+            raise DuplicateSubscription(f"a subscription named {subscription.name!r} is already registered")
         self.subscriptions[subscription.name] = subscription
 
     def include(self, router: Router) -> None:

@@ -17,11 +17,13 @@ from .app import bus
 async def main() -> None:
     async with bus:
         await bus.migrate()
-        results = await bus.publish_many([
-            Envelope(OrderPlaced(order_id="o-1", customer="ada", amount_cents=1_999), key="o-1"),
-            Envelope(OrderPlaced(order_id="o-2", customer="bob", amount_cents=4_500), key="o-2"),
-            Envelope(OrderPlaced(order_id="o-3", customer="eve", amount_cents=99_000), key="o-3"),
-        ])
+        results = await bus.publish_many(
+            [
+                Envelope(OrderPlaced(order_id="o-1", customer="ada", amount_cents=1_999), key="o-1"),
+                Envelope(OrderPlaced(order_id="o-2", customer="bob", amount_cents=4_500), key="o-2"),
+                Envelope(OrderPlaced(order_id="o-3", customer="eve", amount_cents=99_000), key="o-3"),
+            ]
+        )
         fresh = sum(not r.duplicate for r in results)
         print(f"published {fresh} new orders ({len(results) - fresh} already known) to {bus.dsn}")
         worker = Worker(bus, burst=True)
@@ -38,8 +40,10 @@ async def main() -> None:
             print(f"{row['subscription']:<28} {row['status']:<10} {row['count']}")
         for dead in await bus.dead_letters():
             detail = await bus.delivery(dead.id)
-            print(f"\ndead-letter delivery {dead.id} ({dead.subscription}) after "
-                  f"{dead.attempts} attempts: {dead.last_error}")
+            print(
+                f"\ndead-letter delivery {dead.id} ({dead.subscription}) after "
+                f"{dead.attempts} attempts: {dead.last_error}"
+            )
             for attempt in detail.history:
                 print(f"  attempt {attempt.attempt}: {attempt.error_type}: {attempt.message}")
         print("\ninspect with: eventbus status | eventbus dlq list | eventbus dlq show ID")

@@ -26,5 +26,4 @@ async def ship(event: PaymentCaptured, ctx: Context) -> None:
 
 @router.subscribe(OrderPlaced, name="orders.audit")
 async def audit(event: OrderPlaced, ctx: Context) -> None:
-    log.info("order %s placed by %s for %d cents", event.order_id, event.customer,
-             event.amount_cents)
+    log.info("order %s placed by %s for %d cents", event.order_id, event.customer, event.amount_cents)

@@ -21,9 +21,7 @@ class CardDeclined(Exception):
 )
 async def capture(event: PaymentRequested, ctx: Context) -> None:
     if event.amount_cents > CARD_LIMIT_CENTS:
-        raise CardDeclined(
-            f"{event.amount_cents} cents is over the card limit of {CARD_LIMIT_CENTS}"
-        )
+        raise CardDeclined(f"{event.amount_cents} cents is over the card limit of {CARD_LIMIT_CENTS}")
     ctx.emit(
         PaymentCaptured(order_id=event.order_id, amount_cents=event.amount_cents),
         key=f"captured:{event.order_id}",

@@ -13,5 +13,6 @@ log = logging.getLogger("example.shipping")
 
 @router.subscribe(OrderShipped, name="shipping.notify-customer")
 async def notify_customer(event: OrderShipped, ctx: Context) -> None:
-    log.info("order %s shipped by %s (chain root event %d)", event.order_id, event.carrier,
-             ctx.correlation_id)
+    log.info(
+        "order %s shipped by %s (chain root event %d)", event.order_id, event.carrier, ctx.correlation_id
+    )

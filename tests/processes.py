@@ -78,13 +78,17 @@ class ProcessGroup:
         env.update(extra or {})
         return env
 
-    def spawn(self, cmd: list[str], env: dict[str, str] | None, name: str,
-              split_stdout: bool = False) -> Proc:
+    def spawn(
+        self, cmd: list[str], env: dict[str, str] | None, name: str, split_stdout: bool = False
+    ) -> Proc:
         """Start ``cmd``; stderr (and stdout unless split to ``<log>.out``) go to a log."""
         log = self.logdir / f"{name}-{len(self.all)}.log"
         with open(log, "wb") as err, open(log.with_suffix(".out"), "wb") as out:
             popen = subprocess.Popen(
-                cmd, cwd=ROOT, env=self.env(env), stdout=out if split_stdout else err,
+                cmd,
+                cwd=ROOT,
+                env=self.env(env),
+                stdout=out if split_stdout else err,
                 stderr=err,
             )
         proc = Proc(popen, log, name)

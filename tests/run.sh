@@ -9,6 +9,7 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[dev]'
 .venv/bin/ruff check eventbus handlers schemas tests benchmarks
+.venv/bin/ruff format --check eventbus handlers schemas tests benchmarks
 .venv/bin/mypy eventbus
 .venv/bin/lint-imports
 exec .venv/bin/pytest -m "not soak" "$@"

@@ -83,9 +83,7 @@ async def main() -> None:
     dsn = args.dsn
     tuned = {"name": QUEUE, "max_workers": 50, "claimers": 2, "claim_batch_size": 100}
     settings = {
-        "default: max_workers=50 (documented QueueConfig default)": lambda: AwaAdapter(
-            dsn, (QUEUE, 50)
-        ),
+        "default: max_workers=50 (documented QueueConfig default)": lambda: AwaAdapter(dsn, (QUEUE, 50)),
         "tuned: max_workers=50 claimers=2 claim_batch_size=100": lambda: AwaAdapter(dsn, tuned),
     }
     recs = await run_all("awa", args, settings, lambda: AwaAdapter(dsn, (QUEUE, 50)))

@@ -76,9 +76,7 @@ async def worker(dsn: str) -> int:
 async def one_run(dsn: str, n: int, connections: int, timeout: float) -> float:
     await setup(dsn, n)
     t0 = now()
-    counts = await asyncio.wait_for(
-        asyncio.gather(*(worker(dsn) for _ in range(connections))), timeout
-    )
+    counts = await asyncio.wait_for(asyncio.gather(*(worker(dsn) for _ in range(connections))), timeout)
     rate = sum(counts) / (now() - t0)
     assert sum(counts) == n, counts
     print(f"  bare connections={connections}: {rate:,.0f} rows/s split={counts}", flush=True)

@@ -62,8 +62,9 @@ class EventbusAdapter:
 
     async def start_worker(self, on_job: Callable[[], None], sleep_s: float) -> None:
         self.on_job, self.sleep_s = on_job, sleep_s
-        self.worker = Worker(self.bus, concurrency=self.concurrency, batch_size=self.batch_size,
-                             poll_interval_seconds=30)
+        self.worker = Worker(
+            self.bus, concurrency=self.concurrency, batch_size=self.batch_size, poll_interval_seconds=30
+        )
         self.task = asyncio.create_task(self.worker.run())
 
     async def stop_worker(self) -> None:

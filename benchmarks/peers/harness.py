@@ -173,9 +173,7 @@ async def run_all(
     if "drain" in args.parts:
         for label, make in drain_settings.items():
             for scenario, sleep_s in (("drain_noop", 0.0), ("drain_1ms", 0.001)):
-                runs = [
-                    await drain_once(make, args.n, sleep_s, args.timeout) for _ in range(args.runs)
-                ]
+                runs = [await drain_once(make, args.n, sleep_s, args.timeout) for _ in range(args.runs)]
                 recs.append(record(system, scenario, label, runs, n=args.n))
     if "publish" in args.parts:
         for scenario, n, batch in (
@@ -187,8 +185,17 @@ async def run_all(
             recs.append(record(system, scenario, setting, runs, n=n))
     if "cost" in args.parts:
         cost = await cost_once(default, args.n, args.timeout)
-        recs.append(record(system, "cost_per_event", "default", [cost["wal_bytes"]], n=args.n,
-                           unit="WAL bytes/event", note=json.dumps(cost)))
+        recs.append(
+            record(
+                system,
+                "cost_per_event",
+                "default",
+                [cost["wal_bytes"]],
+                n=args.n,
+                unit="WAL bytes/event",
+                note=json.dumps(cost),
+            )
+        )
     if "wakeup" in args.parts:
         lat = await wakeup_samples(default, args.samples)
         recs.append(

@@ -50,9 +50,7 @@ class ObanAdapter:
         await self.client.enqueue(BenchWorker.new(payload(i)))
 
     async def enqueue_many(self, start: int, count: int) -> None:
-        await self.client.enqueue_many(
-            [BenchWorker.new(payload(i)) for i in range(start, start + count)]
-        )
+        await self.client.enqueue_many([BenchWorker.new(payload(i)) for i in range(start, start + count)])
 
     async def start_worker(self, on_job: Callable[[], None], sleep_s: float) -> None:
         HOOK.update(on_job=on_job, sleep_s=sleep_s)
@@ -65,8 +63,7 @@ class ObanAdapter:
     async def remaining(self) -> int:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
-                "SELECT count(*) FROM oban_jobs WHERE state NOT IN "
-                "('completed', 'discarded', 'cancelled')"
+                "SELECT count(*) FROM oban_jobs WHERE state NOT IN ('completed', 'discarded', 'cancelled')"
             )
             row = await cur.fetchone()
         return int(row[0]) if row else -1

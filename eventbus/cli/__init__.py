@@ -24,6 +24,7 @@ from .dlq import dlq
 
 __all__ = ["main"]
 
+
 @click.group()
 @click.option("--dsn", envvar="EVENTBUS_DSN", help="postgresql://… or sqlite:///path")
 @click.option("--schema", envvar="EVENTBUS_SCHEMA", help="PostgreSQL schema (default eventbus)")
@@ -56,14 +57,24 @@ def migrate(obj: Obj) -> None:
 @click.option("--burst", is_flag=True, help="Exit when nothing is runnable.")
 @click.option("--poll-interval", default=5.0, show_default=True, help="Slow poll, seconds.")
 @click.option("--grace", default=10.0, show_default=True, help="Shutdown grace, seconds.")
-@click.option("--recovery-interval", default=1.0, show_default=True,
-              help="Seconds between sweeps for expired leases.")
+@click.option(
+    "--recovery-interval", default=1.0, show_default=True, help="Seconds between sweeps for expired leases."
+)
 @click.option("--subscription", "subscriptions", multiple=True, help="Serve only these.")
 @click.option("--migrate/--no-migrate", "run_migrate", default=False, help="Migrate first.")
 @click.pass_obj
-def worker(obj: Obj, app: str, concurrency: int, batch_size: int, burst: bool,
-           poll_interval: float, grace: float, recovery_interval: float,
-           subscriptions: tuple[str, ...], run_migrate: bool) -> None:
+def worker(
+    obj: Obj,
+    app: str,
+    concurrency: int,
+    batch_size: int,
+    burst: bool,
+    poll_interval: float,
+    grace: float,
+    recovery_interval: float,
+    subscriptions: tuple[str, ...],
+    run_migrate: bool,
+) -> None:
     """Run the handlers of APP (module:bus) until SIGTERM/SIGINT."""
 
     async def go() -> int:
@@ -73,14 +84,23 @@ def worker(obj: Obj, app: str, concurrency: int, batch_size: int, burst: bool,
         async with bus:
             if run_migrate:
                 await bus.migrate()
-            w = Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=burst,
-                       poll_interval_seconds=poll_interval, grace_seconds=grace,
-                       recovery_interval_seconds=recovery_interval,
-                       subscriptions=subscriptions or None)
+            w = Worker(
+                bus,
+                concurrency=concurrency,
+                batch_size=batch_size,
+                burst=burst,
+                poll_interval_seconds=poll_interval,
+                grace_seconds=grace,
+                recovery_interval_seconds=recovery_interval,
+                subscriptions=subscriptions or None,
+            )
             names = subscriptions or tuple(bus.subscriptions)
-            click.echo(f"worker {w.id} ({bus.backend.kind}): {', '.join(names)}; "
-                       f"concurrency {concurrency}, batch {batch_size}"
-                       f"{', burst' if burst else ''}", err=True)
+            click.echo(
+                f"worker {w.id} ({bus.backend.kind}): {', '.join(names)}; "
+                f"concurrency {concurrency}, batch {batch_size}"
+                f"{', burst' if burst else ''}",
+                err=True,
+            )
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signals, w, tg.cancel_scope)
                 await w.run()
@@ -107,8 +127,7 @@ async def _stop_on_signals(w: Worker, scope: anyio.CancelScope) -> None:
 @click.option("--delay", type=float, default=0.0, help="Seconds before delivery.")
 @click.option("--app", help="module:bus whose event classes validate the payload.")
 @click.pass_obj
-def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: float,
-            app: str | None) -> None:
+def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: float, app: str | None) -> None:
     """Publish EVENT_TYPE with a JSON object PAYLOAD."""
     try:
         body = orjson.loads(payload)
@@ -147,12 +166,13 @@ def status(obj: Obj, as_json: bool) -> None:
     click.echo(f"oldest runnable pending: {'-' if oldest is None else f'{oldest:.1f}s'}")
     click.echo(f"{'EVENT TYPE':<28} {'SUBSCRIPTION':<28} {'STATUS':<11} {'COUNT':>8}")
     for r in report.rows:
-        click.echo(f"{r['event_type']:<28} {r['subscription']:<28} {r['status']:<11} "
-                   f"{r['count']:>8}")
+        click.echo(f"{r['event_type']:<28} {r['subscription']:<28} {r['status']:<11} {r['count']:>8}")
     for w in report.workers:
         listener = "ok" if w["listener_ok"] else "DOWN"
-        click.echo(f"worker {w['id']} {w['hostname']}:{w['pid']} listener {listener} "
-                   f"reconnects {w['listener_reconnects']} silent {w['silent_seconds']:.0f}s")
+        click.echo(
+            f"worker {w['id']} {w['hostname']}:{w['pid']} listener {listener} "
+            f"reconnects {w['listener_reconnects']} silent {w['silent_seconds']:.0f}s"
+        )
 
 
 cli.add_command(dlq)

@@ -62,5 +62,3 @@ def enc_hook(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
-
-

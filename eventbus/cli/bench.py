@@ -78,6 +78,7 @@ async def drain_throughput(
     bus = await scratch_bus(dsn)
     try:
         for i in range(subscriptions):
+
             async def handler(event: BenchEvent, ctx: Context) -> None:
                 if handler_sleep_seconds:
                     await anyio.sleep(handler_sleep_seconds)
@@ -96,8 +97,11 @@ async def drain_throughput(
         t2 = time.perf_counter()
         deliveries = n * subscriptions
         return {
-            "backend": bus.backend.kind, "n": n, "subscriptions": subscriptions,
-            "concurrency": concurrency, "batch_size": batch_size,
+            "backend": bus.backend.kind,
+            "n": n,
+            "subscriptions": subscriptions,
+            "concurrency": concurrency,
+            "batch_size": batch_size,
             "handler_sleep_seconds": handler_sleep_seconds,
             "publish_per_second": n / (t1 - t0),
             "deliveries_per_second": deliveries / (t2 - t_drain),
@@ -114,21 +118,34 @@ async def drain_throughput(
 @click.option("--handler-sleep", default=0.0, show_default=True, help="Seconds per handler.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def bench(obj: Obj, n: int, concurrency: int, batch_size: int, subscriptions: int,
-          handler_sleep: float, as_json: bool) -> None:
+def bench(
+    obj: Obj,
+    n: int,
+    concurrency: int,
+    batch_size: int,
+    subscriptions: int,
+    handler_sleep: float,
+    as_json: bool,
+) -> None:
     """Measure end-to-end claim throughput (publish N, then drain)."""
 
     async def go() -> dict[str, Any]:
         return await drain_throughput(
-            obj.dsn, n, concurrency=concurrency, batch_size=batch_size,
-            subscriptions=subscriptions, handler_sleep_seconds=handler_sleep,
+            obj.dsn,
+            n,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            subscriptions=subscriptions,
+            handler_sleep_seconds=handler_sleep,
         )
 
     result = run(go)
     if as_json:
         click.echo(msgspec.json.encode(result))
         return
-    click.echo(f"{result['backend']}: published {result['publish_per_second']:,.0f} events/s; "
-               f"drained {result['deliveries_per_second']:,.0f} deliveries/s "
-               f"(n={n}, subscriptions={subscriptions}, concurrency={concurrency}, "
-               f"batch={batch_size})")
+    click.echo(
+        f"{result['backend']}: published {result['publish_per_second']:,.0f} events/s; "
+        f"drained {result['deliveries_per_second']:,.0f} deliveries/s "
+        f"(n={n}, subscriptions={subscriptions}, concurrency={concurrency}, "
+        f"batch={batch_size})"
+    )

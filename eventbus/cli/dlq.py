@@ -42,14 +42,19 @@ def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def _make_filter(ids: tuple[int, ...], subscription: str | None, event_type: str | None,
-                 since: str | None, everything: bool = True) -> DeadLetterFilter:
+def _make_filter(
+    ids: tuple[int, ...],
+    subscription: str | None,
+    event_type: str | None,
+    since: str | None,
+    everything: bool = True,
+) -> DeadLetterFilter:
     """A filter for the named rows; bulk commands must name something or say --all."""
     if not (ids or subscription or event_type or since or everything):
-        raise click.UsageError("name delivery IDs, a filter (--subscription, --event-type, "
-                               "--since) or --all")
-    return DeadLetterFilter(ids=list(ids) or None, subscription=subscription,
-                            event_type=event_type, since=parse_since(since))
+        raise click.UsageError("name delivery IDs, a filter (--subscription, --event-type, --since) or --all")
+    return DeadLetterFilter(
+        ids=list(ids) or None, subscription=subscription, event_type=event_type, since=parse_since(since)
+    )
 
 
 @click.group()
@@ -62,8 +67,9 @@ def dlq() -> None:
 @click.option("--limit", default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def list_(obj: Obj, subscription: str | None, event_type: str | None, since: str | None,
-          limit: int, as_json: bool) -> None:
+def list_(
+    obj: Obj, subscription: str | None, event_type: str | None, since: str | None, limit: int, as_json: bool
+) -> None:
     """List dead deliveries, oldest first."""
     flt = _make_filter((), subscription, event_type, since)
 
@@ -78,14 +84,22 @@ def list_(obj: Obj, subscription: str | None, event_type: str | None, since: str
     click.echo(f"{'ID':>8} {'SUBSCRIPTION':<24} {'EVENT TYPE':<22} {'ATT':>3} {'REPLAYS':>7}  ERROR")
     for d in rows:
         error = (d.last_error or "").splitlines()[0][:60] if d.last_error else ""
-        click.echo(f"{d.id:>8} {d.subscription:<24} {d.event_type:<22} {d.attempts:>3} "
-                   f"{d.replays:>7}  {error}")
+        click.echo(
+            f"{d.id:>8} {d.subscription:<24} {d.event_type:<22} {d.attempts:>3} {d.replays:>7}  {error}"
+        )
 
 
 def _summary(d: DeliveryDetail) -> dict[str, Any]:
-    return {"id": d.id, "event_id": d.event_id, "subscription": d.subscription,
-            "event_type": d.event_type, "attempts": d.attempts, "replays": d.replays,
-            "last_error": d.last_error, "updated_at": d.updated_at}
+    return {
+        "id": d.id,
+        "event_id": d.event_id,
+        "subscription": d.subscription,
+        "event_type": d.event_type,
+        "attempts": d.attempts,
+        "replays": d.replays,
+        "last_error": d.last_error,
+        "updated_at": d.updated_at,
+    }
 
 
 @dlq.command()
@@ -105,20 +119,24 @@ def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
         return
     click.echo(f"delivery {d.id}  status {d.status}  attempts {d.attempts}  replays {d.replays}")
     click.echo(f"subscription {d.subscription}  event {d.event_id} ({d.event_type}) key {d.key}")
-    click.echo(f"correlation {d.correlation_id}  causation {d.causation_id}  "
-               f"created {d.created_at.isoformat()}")
+    click.echo(
+        f"correlation {d.correlation_id}  causation {d.causation_id}  created {d.created_at.isoformat()}"
+    )
     click.echo(f"headers {msgspec.json.encode(d.headers).decode()}")
     click.echo(f"payload {d.payload.decode('utf-8', 'replace')}")
     click.echo(f"last error: {d.last_error}")
     for a in d.history:
-        click.echo(f"--- attempt {a.attempt} at {a.failed_at.isoformat()} on worker "
-                   f"{a.worker_id} ({a.duration_seconds:.3f}s): {a.error_type}: {a.message}")
+        click.echo(
+            f"--- attempt {a.attempt} at {a.failed_at.isoformat()} on worker "
+            f"{a.worker_id} ({a.duration_seconds:.3f}s): {a.error_type}: {a.message}"
+        )
         if a.traceback:
             click.echo(a.traceback.rstrip())
 
 
-async def _in_batches(bus: Bus, flt: DeadLetterFilter, batch_size: int,
-                      apply: Callable[[DeadLetterFilter], Any], dry_run: bool) -> int:
+async def _in_batches(
+    bus: Bus, flt: DeadLetterFilter, batch_size: int, apply: Callable[[DeadLetterFilter], Any], dry_run: bool
+) -> int:
     """Walk matching dead rows by id, one short transaction per batch, with progress."""
     total, after = 0, 0
     while True:
@@ -140,9 +158,17 @@ def _bulk(action: str) -> Callable[..., None]:
     @click.option("--batch-size", default=1000, show_default=True)
     @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
     @click.pass_obj
-    def command(obj: Obj, ids: tuple[int, ...], subscription: str | None,
-                event_type: str | None, since: str | None, everything: bool,
-                dry_run: bool, batch_size: int, yes: bool) -> None:
+    def command(
+        obj: Obj,
+        ids: tuple[int, ...],
+        subscription: str | None,
+        event_type: str | None,
+        since: str | None,
+        everything: bool,
+        dry_run: bool,
+        batch_size: int,
+        yes: bool,
+    ) -> None:
         flt = _make_filter(ids, subscription, event_type, since, everything)
         if action == "purge" and not (dry_run or yes):
             click.confirm("Delete the matching dead deliveries and their history?", abort=True)

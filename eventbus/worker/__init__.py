@@ -41,7 +41,6 @@ log = logging.getLogger("eventbus.worker")
 T = TypeVar("T")
 
 
-
 @dataclass
 class _Active:
     """A subscription this worker serves, with its database id and claim cursor."""
@@ -184,8 +183,7 @@ class Worker:
             services.cancel_scope.cancel()
 
     async def _register(self) -> None:
-        subs = [s for s in self.bus.subscriptions.values()
-                if self.names is None or s.name in self.names]
+        subs = [s for s in self.bus.subscriptions.values() if self.names is None or s.name in self.names]
         ids = await self.bus.register([s.name for s in subs])
         for sub in subs:
             active = _Active(sub, ids[sub.name])
@@ -367,8 +365,7 @@ class Worker:
             )
         if len(delivery.payload) > self.bus.max_payload_bytes:
             raise DecodeError(
-                f"payload of {len(delivery.payload)} bytes is over the limit of "
-                f"{self.bus.max_payload_bytes}"
+                f"payload of {len(delivery.payload)} bytes is over the limit of {self.bus.max_payload_bytes}"
             )
         return decode_event(sub.event_class, delivery.payload)
 
@@ -384,13 +381,18 @@ class Worker:
     ) -> Failure:
         policy = sub.retry
         dead = (
-            dead or isinstance(exc, DeadLetter) or not policy.is_retryable(exc)
+            dead
+            or isinstance(exc, DeadLetter)
+            or not policy.is_retryable(exc)
             or policy.exhausted(delivery.attempts)
         )
         return Failure(
-            delivery_id=delivery.id, lease_token=delivery.lease_token, dead=dead,
-            retry_delay_seconds=0.0 if dead else (
-                delay if delay is not None else policy.delay_for(delivery.attempts)),
+            delivery_id=delivery.id,
+            lease_token=delivery.lease_token,
+            dead=dead,
+            retry_delay_seconds=0.0
+            if dead
+            else (delay if delay is not None else policy.delay_for(delivery.attempts)),
             error_type=type(exc).__qualname__,
             message=(str(exc) or repr(exc))[:4000],
             traceback="".join(traceback.format_exception(exc))[-16000:],

@@ -79,12 +79,11 @@ class ResultWriter:
     async def _write_completions(self) -> bool:
         completions, self._completions = self._completions, []
         for start in range(0, len(completions), _WRITE_BATCH):
-            chunk = completions[start:start + _WRITE_BATCH]
+            chunk = completions[start : start + _WRITE_BATCH]
             try:
                 done = await self.backend.complete(chunk)
             except BackendError as exc:
-                log.warning("could not write %d completions, retrying: %s",
-                            len(completions) - start, exc)
+                log.warning("could not write %d completions, retrying: %s", len(completions) - start, exc)
                 self._completions[:0] = completions[start:]
                 return False
             self.processed += len(done)
@@ -94,7 +93,7 @@ class ResultWriter:
     async def _write_failures(self) -> bool:
         failures, self._failures = self._failures, []
         for start in range(0, len(failures), _WRITE_BATCH):
-            chunk = failures[start:start + _WRITE_BATCH]
+            chunk = failures[start : start + _WRITE_BATCH]
             try:
                 failed = await self.backend.fail(chunk)
             except BackendError as exc:
@@ -113,5 +112,6 @@ class ResultWriter:
             if delivery_id not in accepted:
                 log.warning(
                     "stale %s of delivery %s rejected: this worker no longer holds its lease",
-                    what, delivery_id,
+                    what,
+                    delivery_id,
                 )

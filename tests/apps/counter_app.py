@@ -24,7 +24,8 @@ async def _record(ctx: Context) -> None:
     schema = os.environ["EVENTBUS_SCHEMA"]
     await _pool.execute(
         f'INSERT INTO "{schema}".handler_runs (delivery_id, pid) VALUES ($1, $2)',
-        ctx.delivery_id, os.getpid(),
+        ctx.delivery_id,
+        os.getpid(),
     )
 
 

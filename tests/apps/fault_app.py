@@ -50,14 +50,17 @@ async def _record(ctx: Context, phase: str) -> None:
             _pool_lock = asyncio.Lock()
         async with _pool_lock:
             if _pool is None:
-                _pool = await asyncpg.create_pool(
-                    os.environ["EVENTBUS_DSN"], min_size=1, max_size=5
-                )
+                _pool = await asyncpg.create_pool(os.environ["EVENTBUS_DSN"], min_size=1, max_size=5)
     await _pool.execute(
         f'INSERT INTO "{SCHEMA}".handler_runs '
         "(event_id, delivery_id, subscription, pid, attempt, phase) "
         "VALUES ($1, $2, $3, $4, $5, $6)",
-        ctx.event_id, ctx.delivery_id, ctx.subscription, PID, ctx.attempt, phase,
+        ctx.event_id,
+        ctx.delivery_id,
+        ctx.subscription,
+        PID,
+        ctx.attempt,
+        phase,
     )
 
 
@@ -85,10 +88,13 @@ async def on_followup(event: FollowUp, ctx: Context) -> None:
 
 
 @bus.subscribe(
-    Flaky, name="flaky", lease_seconds=LEASE,
+    Flaky,
+    name="flaky",
+    lease_seconds=LEASE,
     retry=RetryPolicy(
         max_attempts=int(os.environ.get("FAULT_MAX_ATTEMPTS", 4)),
-        base_delay_seconds=_env_float("FAULT_BASE_DELAY", 0.5), jitter=0.0,
+        base_delay_seconds=_env_float("FAULT_BASE_DELAY", 0.5),
+        jitter=0.0,
     ),
 )
 async def on_flaky(event: Flaky, ctx: Context) -> None:

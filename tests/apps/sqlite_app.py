@@ -45,8 +45,10 @@ def record(ctx: Context, phase: str, detail: str = "") -> None:
     if _fd is None:
         path = os.path.join(os.environ["SQ_RECORDS"], f"{os.getpid()}.runs")
         _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    line = (f"{os.getpid()} {phase} {ctx.subscription} {ctx.delivery_id} {ctx.event_id} "
-            f"{ctx.attempt} {detail.replace(chr(10), ' ')}")
+    line = (
+        f"{os.getpid()} {phase} {ctx.subscription} {ctx.delivery_id} {ctx.event_id} "
+        f"{ctx.attempt} {detail.replace(chr(10), ' ')}"
+    )
     os.write(_fd, (line.rstrip() + "\n").encode())
 
 

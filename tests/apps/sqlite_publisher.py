@@ -43,9 +43,12 @@ async def main(args: argparse.Namespace) -> None:
                 results = [await bus.publish(e.event, key=e.key)]
             else:
                 results = await bus.publish_many(batch)
-            sys.stdout.write("".join(
-                f"ack {type(e.event).__name__} {e.key} {r.event_id}\n"
-                for e, r in zip(batch, results, strict=True)))
+            sys.stdout.write(
+                "".join(
+                    f"ack {type(e.event).__name__} {e.key} {r.event_id}\n"
+                    for e, r in zip(batch, results, strict=True)
+                )
+            )
             sys.stdout.flush()
             if args.pace:
                 await anyio.sleep(args.pace)

@@ -44,6 +44,7 @@ async def test_failing_handler_does_not_rerun_others(bus) -> None:
             runs[name] += 1
             if fail:
                 raise ValueError("card declined")
+
         return handler
 
     bus.subscribe(OrderPlaced, name="ok1")(make("ok1", False))
@@ -123,8 +124,7 @@ async def test_undecodable_payload_is_dead_after_one_attempt(bus) -> None:
 
 
 async def test_handler_timeout_fails_the_attempt(bus) -> None:
-    @bus.subscribe(OrderPlaced, name="slow", timeout_seconds=0.1,
-                   retry=RetryPolicy(max_attempts=1))
+    @bus.subscribe(OrderPlaced, name="slow", timeout_seconds=0.1, retry=RetryPolicy(max_attempts=1))
     async def slow(event: OrderPlaced, ctx: Context) -> None:
         await anyio.sleep(5)
 
@@ -258,10 +258,13 @@ async def test_ordered_key_never_runs_twice_at_once_across_workers(bus) -> None:
         done.append(event.order_id)
 
     await drain(bus)
-    await bus.publish_many([
-        Envelope(OrderPlaced(order_id=f"c{c}:{i}"), ordering_key=f"c{c}")
-        for i in range(10) for c in range(4)
-    ])
+    await bus.publish_many(
+        [
+            Envelope(OrderPlaced(order_id=f"c{c}:{i}"), ordering_key=f"c{c}")
+            for i in range(10)
+            for c in range(4)
+        ]
+    )
     async with anyio.create_task_group() as tg:
         for _ in range(3):
             tg.start_soon(drain, bus)

@@ -23,13 +23,15 @@ async def test_publish_returns_id_and_dedupes_by_key(bus) -> None:
 
 async def test_publish_many_keeps_order_and_dedupes(bus) -> None:
     before = await bus.publish(OrderPlaced(order_id="k1"), key="k1")
-    results = await bus.publish_many([
-        Envelope(OrderPlaced(order_id="a")),
-        Envelope(OrderPlaced(order_id="k1"), key="k1"),
-        OrderPlaced(order_id="b"),
-        Envelope(OrderPlaced(order_id="k2"), key="k2"),
-        Envelope(OrderPlaced(order_id="k2"), key="k2"),
-    ])
+    results = await bus.publish_many(
+        [
+            Envelope(OrderPlaced(order_id="a")),
+            Envelope(OrderPlaced(order_id="k1"), key="k1"),
+            OrderPlaced(order_id="b"),
+            Envelope(OrderPlaced(order_id="k2"), key="k2"),
+            Envelope(OrderPlaced(order_id="k2"), key="k2"),
+        ]
+    )
     assert [r.duplicate for r in results] == [False, True, False, False, True]
     assert results[1].event_id == before.event_id
     assert results[3].event_id == results[4].event_id
@@ -61,6 +63,7 @@ async def test_fan_out_one_delivery_per_subscription(bus) -> None:
 def _recorder(ran: list[str], name: str):
     async def handler(event: OrderPlaced, ctx: Context) -> None:
         ran.append(name)
+
     return handler
 
 

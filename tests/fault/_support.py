@@ -85,10 +85,15 @@ class Procs(ProcessGroup):
     def worker(self, *args: str, env: dict[str, str] | None = None, name: str = "w") -> Proc:
         return self.spawn([EVENTBUS, "worker", APP, *args], env, name)
 
-    def cli(self, *args: str, env: dict[str, str] | None = None,
-            timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 30
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [EVENTBUS, *args], cwd=ROOT, env=self.env(env), capture_output=True, text=True,
+            [EVENTBUS, *args],
+            cwd=ROOT,
+            env=self.env(env),
+            capture_output=True,
+            text=True,
             timeout=timeout,
         )
 
@@ -99,7 +104,9 @@ class Procs(ProcessGroup):
 
 
 async def wait_until(
-    check: Callable[[], Awaitable[Any]], timeout: float, interval: float = 0.05,
+    check: Callable[[], Awaitable[Any]],
+    timeout: float,
+    interval: float = 0.05,
     what: str = "condition",
 ) -> Any:
     deadline = time.monotonic() + timeout
@@ -112,8 +119,7 @@ async def wait_until(
         await asyncio.sleep(interval)
 
 
-async def worker_id_of(conn: asyncpg.Connection, schema: str, pid: int,
-                       timeout: float = 15) -> Any:
+async def worker_id_of(conn: asyncpg.Connection, schema: str, pid: int, timeout: float = 15) -> Any:
     """The worker id a process registered in the workers table (its first heartbeat)."""
 
     async def find() -> Any:

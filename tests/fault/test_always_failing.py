@@ -18,8 +18,7 @@ SLACK = 1.0  # claim latency allowed beyond the policy's delay
 
 async def test_always_failing_then_replay(fault_target, procs, db) -> None:
     s = fault_target.schema
-    env = {"FAULT_MAX_ATTEMPTS": str(MAX_ATTEMPTS), "FAULT_BASE_DELAY": str(BASE),
-           "FAULT_LEASE": "10"}
+    env = {"FAULT_MAX_ATTEMPTS": str(MAX_ATTEMPTS), "FAULT_BASE_DELAY": str(BASE), "FAULT_LEASE": "10"}
     broken = procs.worker("--poll-interval", "5", env=env, name="broken")
     await worker_id_of(db, s, broken.pid)
     bus = fault_target.bus()
@@ -27,8 +26,7 @@ async def test_always_failing_then_replay(fault_target, procs, db) -> None:
         await bus.publish_many([Envelope(Flaky(n=i), key=f"f{i}") for i in range(EVENTS)])
 
     async def all_dead() -> bool:
-        return await db.fetchval(
-            f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead'") == EVENTS
+        return await db.fetchval(f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead'") == EVENTS
 
     await wait_until(all_dead, 30, interval=0.1, what="every delivery to go dead")
     rows = await db.fetch(f'SELECT * FROM "{s}".deliveries ORDER BY id')
@@ -37,16 +35,16 @@ async def test_always_failing_then_replay(fault_target, procs, db) -> None:
         assert row["attempts"] == MAX_ATTEMPTS
         assert row["last_error"].startswith("RuntimeError: flaky handler broken")
         history = await db.fetch(
-            f'SELECT * FROM "{s}".delivery_attempts WHERE delivery_id = $1 ORDER BY id',
-            row["id"])
+            f'SELECT * FROM "{s}".delivery_attempts WHERE delivery_id = $1 ORDER BY id', row["id"]
+        )
         assert [h["attempt"] for h in history] == list(range(1, MAX_ATTEMPTS + 1))
-        assert all(h["error_type"] == "RuntimeError" and "Traceback" in h["traceback"]
-                   for h in history)
+        assert all(h["error_type"] == "RuntimeError" and "Traceback" in h["traceback"] for h in history)
         for n in range(1, MAX_ATTEMPTS):  # by database time
             gap = (history[n]["failed_at"] - history[n - 1]["failed_at"]).total_seconds()
             want = BASE * 2 ** (n - 1)
             assert want <= gap <= want + SLACK, (
-                f"delivery {row['id']}: gap after attempt {n} was {gap:.3f}s, policy {want}s")
+                f"delivery {row['id']}: gap after attempt {n} was {gap:.3f}s, policy {want}s"
+            )
     runs = await db.fetchval(f"SELECT count(*) FROM \"{s}\".handler_runs WHERE phase = 'start'")
     assert runs == EVENTS * MAX_ATTEMPTS
 
@@ -59,13 +57,20 @@ async def test_always_failing_then_replay(fault_target, procs, db) -> None:
     assert result.returncode == 0, result.stderr + result.stdout
 
     async def all_completed() -> bool:
-        return await db.fetchval(
-            f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'completed'") == EVENTS
+        return (
+            await db.fetchval(f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'completed'") == EVENTS
+        )
 
-    await wait_until(all_completed, 4, interval=0.05,
-                     what="replayed deliveries to complete (woken by NOTIFY)")
-    assert await db.fetchval(
-        f'SELECT count(*) FROM "{s}".deliveries WHERE replays <> 1 OR attempts <> 1') == 0
-    assert await db.fetchval(
-        f"SELECT count(DISTINCT delivery_id) FROM \"{s}\".handler_runs "
-        "WHERE phase = 'end' AND pid = $1", fixed.pid) == EVENTS
+    await wait_until(
+        all_completed, 4, interval=0.05, what="replayed deliveries to complete (woken by NOTIFY)"
+    )
+    assert (
+        await db.fetchval(f'SELECT count(*) FROM "{s}".deliveries WHERE replays <> 1 OR attempts <> 1') == 0
+    )
+    assert (
+        await db.fetchval(
+            f"SELECT count(DISTINCT delivery_id) FROM \"{s}\".handler_runs WHERE phase = 'end' AND pid = $1",
+            fixed.pid,
+        )
+        == EVENTS
+    )

@@ -32,8 +32,12 @@ async def test_duplicate_storm(fault_target, db) -> None:
     pool = await asyncpg.create_pool(fault_target.dsn, min_size=TASKS, max_size=TASKS)
     try:
         async with bus:
-            await bus.backend.register([SubscriptionSpec("audit", "fault.audit", 5, 30.0),
-                                        SubscriptionSpec("audit2", "fault.audit", 5, 30.0)])
+            await bus.backend.register(
+                [
+                    SubscriptionSpec("audit", "fault.audit", 5, 30.0),
+                    SubscriptionSpec("audit2", "fault.audit", 5, 30.0),
+                ]
+            )
 
             def ack(keys: list[str], results) -> None:
                 for key, r in zip(keys, results, strict=True):
@@ -65,8 +69,7 @@ async def test_duplicate_storm(fault_target, db) -> None:
                     except Exception as exc:  # every error is a finding
                         errors.append(exc)
 
-            await asyncio.wait_for(
-                asyncio.gather(*(publisher(i) for i in range(TASKS))), timeout=60)
+            await asyncio.wait_for(asyncio.gather(*(publisher(i) for i in range(TASKS))), timeout=60)
     finally:
         await pool.close()
 
@@ -79,13 +82,20 @@ async def test_duplicate_storm(fault_target, db) -> None:
     assert not any(int(k[1:]) % 10 == 0 for k in in_db), "a rolled-back publish is visible"
     assert set(in_db) == set(committed), (
         f"missing {sorted(set(committed) - set(in_db))[:5]}, "
-        f"uncommitted present {sorted(set(in_db) - set(committed))[:5]}")
+        f"uncommitted present {sorted(set(in_db) - set(committed))[:5]}"
+    )
     for key, ids in committed.items():  # every acknowledgement names the row that exists
         assert ids == {in_db[key][0]}, (key, ids, in_db[key])
     # One delivery per event and subscription, none orphaned by a rollback.
     assert await db.fetchval(f'SELECT count(*) FROM "{s}".deliveries') == 2 * len(in_db)
-    assert await db.fetchval(
-        f'SELECT count(*) FROM "{s}".deliveries d WHERE NOT EXISTS '
-        f'(SELECT 1 FROM "{s}".events e WHERE e.id = d.event_id)') == 0
-    print(f"\nduplicate storm: {TASKS} publishers x {OPS_PER_TASK} ops over {KEYS} keys: "
-          f"{len(in_db)} keys committed, {len(rolled_back - set(in_db))} only rolled back")
+    assert (
+        await db.fetchval(
+            f'SELECT count(*) FROM "{s}".deliveries d WHERE NOT EXISTS '
+            f'(SELECT 1 FROM "{s}".events e WHERE e.id = d.event_id)'
+        )
+        == 0
+    )
+    print(
+        f"\nduplicate storm: {TASKS} publishers x {OPS_PER_TASK} ops over {KEYS} keys: "
+        f"{len(in_db)} keys committed, {len(rolled_back - set(in_db))} only rolled back"
+    )

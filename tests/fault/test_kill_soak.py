@@ -32,8 +32,7 @@ from ._support import Procs, percentile, prepare, settled, wait_until, worker_id
 ORDERS = 1600
 AUDITS = 400
 WORKERS = 3
-WORKER_ARGS = ("--concurrency", "10", "--batch-size", "10", "--poll-interval", "1",
-               "--grace", "2")
+WORKER_ARGS = ("--concurrency", "10", "--batch-size", "10", "--poll-interval", "1", "--grace", "2")
 WORKER_ENV = {"FAULT_LEASE": "2", "FAULT_SLEEP": "0.05"}
 
 
@@ -44,7 +43,7 @@ async def _publish_workload(target: Target) -> None:
         events += [Envelope(Audit(n=i), key=f"a{i}") for i in range(AUDITS)]
         random.Random(7).shuffle(events)
         for i in range(0, len(events), 250):
-            results = await bus.publish_many(events[i:i + 250])
+            results = await bus.publish_many(events[i : i + 250])
             assert not any(r.duplicate for r in results)
 
 
@@ -60,48 +59,72 @@ async def _throughput(db: asyncpg.Connection, s: str) -> tuple[float, float, int
         f"SELECT min(at) FILTER (WHERE new_status = 'processing') AS first, "
         f"max(at) FILTER (WHERE new_status = 'completed') AS last, "
         f"count(*) FILTER (WHERE new_status = 'completed') AS done "
-        f'FROM "{s}".transitions')
+        f'FROM "{s}".transitions'
+    )
     elapsed = (row["last"] - row["first"]).total_seconds()
     return row["done"] / elapsed, elapsed, row["done"]
 
 
 async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
-    counts = dict(await db.fetch(
-        f'SELECT status, count(*) FROM "{s}".deliveries GROUP BY 1'))
+    counts = dict(await db.fetch(f'SELECT status, count(*) FROM "{s}".deliveries GROUP BY 1'))
     # Nothing stuck; every delivery ended.
     assert set(counts) <= {"completed", "dead"}, counts
     # Lost 0: every order, audit and follow-up has its delivery.
-    per_sub = dict(await db.fetch(
-        f'SELECT s.name, count(*) FROM "{s}".deliveries d '
-        f'JOIN "{s}".subscriptions s ON s.id = d.subscription_id GROUP BY 1'))
+    per_sub = dict(
+        await db.fetch(
+            f'SELECT s.name, count(*) FROM "{s}".deliveries d '
+            f'JOIN "{s}".subscriptions s ON s.id = d.subscription_id GROUP BY 1'
+        )
+    )
     assert per_sub == {"order": ORDERS, "audit": AUDITS, "followup": ORDERS}, per_sub
     assert await db.fetchval(f'SELECT count(*) FROM "{s}".events') == ORDERS * 2 + AUDITS
     # Dead rows (out of attempts after repeated kills) carry their error.
-    assert await db.fetchval(
-        f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead' "
-        "AND (last_error IS NULL OR last_error = '')") == 0
+    assert (
+        await db.fetchval(
+            f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead' "
+            "AND (last_error IS NULL OR last_error = '')"
+        )
+        == 0
+    )
     # Follow-ups: exactly one per order key, caused by that order.
     missing = await db.fetchval(
         f"SELECT count(*) FROM \"{s}\".events o WHERE o.event_type = 'fault.order' "
         f"AND NOT EXISTS (SELECT 1 FROM \"{s}\".events f WHERE f.event_type = 'fault.followup' "
-        "AND f.key = 'f:' || o.key AND f.causation_id = o.id)")
+        "AND f.key = 'f:' || o.key AND f.causation_id = o.id)"
+    )
     assert missing == 0
-    assert await db.fetchval(
-        f"SELECT count(*) FROM (SELECT key FROM \"{s}\".events WHERE event_type = "
-        "'fault.followup' GROUP BY key HAVING count(*) > 1) t") == 0
+    assert (
+        await db.fetchval(
+            f'SELECT count(*) FROM (SELECT key FROM "{s}".events WHERE event_type = '
+            "'fault.followup' GROUP BY key HAVING count(*) > 1) t"
+        )
+        == 0
+    )
     # A delivery completed exactly once (one transition to completed), and its
     # handler ran at least once (a recorded start and end).
-    assert await db.fetchval(
-        f"SELECT count(*) FROM (SELECT delivery_id FROM \"{s}\".transitions "
-        "WHERE new_status = 'completed' GROUP BY 1 HAVING count(*) <> 1) t") == 0
-    assert await db.fetchval(
-        f"SELECT count(*) FROM \"{s}\".deliveries d WHERE d.status = 'completed' AND NOT "
-        f"EXISTS (SELECT 1 FROM \"{s}\".transitions t WHERE t.delivery_id = d.id "
-        "AND t.new_status = 'completed')") == 0
-    assert await db.fetchval(
-        f"SELECT count(*) FROM \"{s}\".deliveries d WHERE d.status = 'completed' AND NOT "
-        f"EXISTS (SELECT 1 FROM \"{s}\".handler_runs r WHERE r.delivery_id = d.id "
-        "AND r.phase = 'end')") == 0
+    assert (
+        await db.fetchval(
+            f'SELECT count(*) FROM (SELECT delivery_id FROM "{s}".transitions '
+            "WHERE new_status = 'completed' GROUP BY 1 HAVING count(*) <> 1) t"
+        )
+        == 0
+    )
+    assert (
+        await db.fetchval(
+            f"SELECT count(*) FROM \"{s}\".deliveries d WHERE d.status = 'completed' AND NOT "
+            f'EXISTS (SELECT 1 FROM "{s}".transitions t WHERE t.delivery_id = d.id '
+            "AND t.new_status = 'completed')"
+        )
+        == 0
+    )
+    assert (
+        await db.fetchval(
+            f"SELECT count(*) FROM \"{s}\".deliveries d WHERE d.status = 'completed' AND NOT "
+            f'EXISTS (SELECT 1 FROM "{s}".handler_runs r WHERE r.delivery_id = d.id '
+            "AND r.phase = 'end')"
+        )
+        == 0
+    )
 
 
 async def _clean_run(pg_dsn: str, tmp_path) -> tuple[float, float, int]:
@@ -113,8 +136,7 @@ async def _clean_run(pg_dsn: str, tmp_path) -> tuple[float, float, int]:
     try:
         await _start_workers(procs, db, target.schema)
         await _publish_workload(target)
-        await wait_until(lambda: settled(db, target.schema), 60, interval=0.2,
-                         what="clean run to finish")
+        await wait_until(lambda: settled(db, target.schema), 60, interval=0.2, what="clean run to finish")
         await _check_invariants(db, target.schema)
         return await _throughput(db, target.schema)
     finally:
@@ -136,8 +158,7 @@ async def test_kill_soak(fault_target, procs, db, pg_dsn, tmp_path) -> None:
             break
         i = rng.randrange(len(workers))
         victim = workers[i]
-        wid = await db.fetchval(
-            f'SELECT id FROM "{s}".workers WHERE pid = $1', victim.pid)
+        wid = await db.fetchval(f'SELECT id FROM "{s}".workers WHERE pid = $1', victim.pid)
         at = await db.fetchval("SELECT clock_timestamp()")
         victim.signal(signal.SIGKILL)
         await victim.wait_async(5)
@@ -157,11 +178,14 @@ async def test_kill_soak(fault_target, procs, db, pg_dsn, tmp_path) -> None:
             f'FROM "{s}".delivery_attempts a JOIN "{s}".transitions t '
             "ON t.delivery_id = a.delivery_id AND t.new_status = 'processing' AND t.at > $2 "
             "WHERE a.error_type = 'LeaseExpired' AND a.worker_id = $1 GROUP BY a.delivery_id",
-            wid, at)
+            wid,
+            at,
+        )
         reclaim += [r["seconds"] for r in rows]
     dead = await db.fetchval(f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead'")
     orphans = await db.fetchval(
-        f"SELECT count(*) FROM \"{s}\".delivery_attempts WHERE error_type = 'LeaseExpired'")
+        f"SELECT count(*) FROM \"{s}\".delivery_attempts WHERE error_type = 'LeaseExpired'"
+    )
     assert reclaim, "no orphaned rows were recorded; the kills hit idle workers only"
     soak_rate, soak_elapsed, done = await _throughput(db, s)
     clean_rate, clean_elapsed, clean_done = await _clean_run(pg_dsn, tmp_path)

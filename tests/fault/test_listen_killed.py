@@ -18,7 +18,8 @@ async def _listener_backend(db, pid: int) -> int | None:
     return await db.fetchval(
         "SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1::int[]) "
         "AND (query LIKE 'LISTEN%' OR query = 'SELECT pg_notify($1, $2)')",
-        list(ports))
+        list(ports),
+    )
 
 
 async def _pickup_seconds(bus, db, s: str, n: int) -> float:
@@ -26,8 +27,9 @@ async def _pickup_seconds(bus, db, s: str, n: int) -> float:
     (result,) = await bus.publish_many([Envelope(Audit(n=n), key=f"a{n}")])
 
     async def picked() -> bool:
-        return bool(await db.fetchval(
-            f'SELECT count(*) FROM "{s}".handler_runs WHERE event_id = $1', result.event_id))
+        return bool(
+            await db.fetchval(f'SELECT count(*) FROM "{s}".handler_runs WHERE event_id = $1', result.event_id)
+        )
 
     await wait_until(picked, POLL + 5, interval=0.01, what=f"pickup of event {n}")
     return time.monotonic() - t0
@@ -39,8 +41,7 @@ async def test_listen_connection_killed(fault_target, procs, db) -> None:
     wid = await worker_id_of(db, s, w.pid)
 
     async def listener_ok() -> bool:
-        return bool(await db.fetchval(
-            f'SELECT listener_ok FROM "{s}".workers WHERE id = $1', wid))
+        return bool(await db.fetchval(f'SELECT listener_ok FROM "{s}".workers WHERE id = $1', wid))
 
     await wait_until(listener_ok, 15, what="the worker's listener to report healthy")
     old = await wait_until(lambda: _listener_backend(db, w.pid), 10, what="LISTEN backend")
@@ -55,8 +56,7 @@ async def test_listen_connection_killed(fault_target, procs, db) -> None:
         # The listener reconnects and says so in `eventbus status --json`.
         def reconnected() -> dict | None:
             for worker in procs.status_json()["workers"]:
-                if worker["pid"] == w.pid and worker["listener_reconnects"] >= 1 \
-                        and worker["listener_ok"]:
+                if worker["pid"] == w.pid and worker["listener_reconnects"] >= 1 and worker["listener_ok"]:
                     return worker
             return None
 
@@ -71,5 +71,7 @@ async def test_listen_connection_killed(fault_target, procs, db) -> None:
         # Woken by NOTIFY again, well inside the slow poll.
         again = await _pickup_seconds(bus, db, s, 2)
         assert again < 1.0, f"pickup took {again:.2f}s: the new LISTEN connection is not used"
-    print(f"\nLISTEN killed: pickup {first:.2f}s after kill, reconnect reported in status "
-          f"after {reported:.1f}s, pickup after reconnect {again:.2f}s")
+    print(
+        f"\nLISTEN killed: pickup {first:.2f}s after kill, reconnect reported in status "
+        f"after {reported:.1f}s, pickup after reconnect {again:.2f}s"
+    )

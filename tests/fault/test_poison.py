@@ -21,8 +21,12 @@ POISON = {
 
 async def test_poison_dead_in_one_attempt(fault_target, procs, db) -> None:
     s = fault_target.schema
-    w = procs.worker("--poll-interval", "1", env={"FAULT_MAX_PAYLOAD": str(MAX_PAYLOAD),
-                                                  "FAULT_LEASE": "10"}, name="poison")
+    w = procs.worker(
+        "--poll-interval",
+        "1",
+        env={"FAULT_MAX_PAYLOAD": str(MAX_PAYLOAD), "FAULT_LEASE": "10"},
+        name="poison",
+    )
     await worker_id_of(db, s, w.pid)
     order_sub = await db.fetchval(f"SELECT id FROM \"{s}\".subscriptions WHERE name = 'order'")
     bus = fault_target.bus()
@@ -31,11 +35,16 @@ async def test_poison_dead_in_one_attempt(fault_target, procs, db) -> None:
         poison_ids = {}
         for name, (event_type, payload) in POISON.items():
             event_id = await db.fetchval(
-                f'INSERT INTO "{s}".events (event_type, key, payload) VALUES ($1, $2, $3) '
-                "RETURNING id", event_type, f"poison-{name}", payload)
+                f'INSERT INTO "{s}".events (event_type, key, payload) VALUES ($1, $2, $3) RETURNING id',
+                event_type,
+                f"poison-{name}",
+                payload,
+            )
             poison_ids[name] = await db.fetchval(
-                f'INSERT INTO "{s}".deliveries (event_id, subscription_id) VALUES ($1, $2) '
-                "RETURNING id", event_id, order_sub)
+                f'INSERT INTO "{s}".deliveries (event_id, subscription_id) VALUES ($1, $2) RETURNING id',
+                event_id,
+                order_sub,
+            )
         await db.execute("SELECT pg_notify($1, 'fault.order')", f"eventbus_{s}")
         await bus.publish_many([Envelope(Order(n=i), key=f"h{i}") for i in range(25, 50)])
     await wait_until(lambda: settled(db, s), 20, interval=0.1, what="every delivery to end")
@@ -46,14 +55,22 @@ async def test_poison_dead_in_one_attempt(fault_target, procs, db) -> None:
         assert row["attempts"] == 1, (name, row["attempts"])
         assert row["last_error"].startswith("DecodeError"), (name, row["last_error"])
         history = await db.fetch(
-            f'SELECT error_type FROM "{s}".delivery_attempts WHERE delivery_id = $1', delivery_id)
+            f'SELECT error_type FROM "{s}".delivery_attempts WHERE delivery_id = $1', delivery_id
+        )
         assert [h["error_type"] for h in history] == ["DecodeError"], name
-    assert await db.fetchval(
-        f'SELECT count(*) FROM "{s}".handler_runs WHERE delivery_id = ANY($1::bigint[])',
-        list(poison_ids.values())) == 0
+    assert (
+        await db.fetchval(
+            f'SELECT count(*) FROM "{s}".handler_runs WHERE delivery_id = ANY($1::bigint[])',
+            list(poison_ids.values()),
+        )
+        == 0
+    )
     # Healthy events: every order completed, one follow-up each, completed too.
-    healthy = dict(await db.fetch(
-        f"SELECT s.name, count(*) FROM \"{s}\".deliveries d JOIN \"{s}\".subscriptions s "
-        "ON s.id = d.subscription_id WHERE d.status = 'completed' GROUP BY 1"))
+    healthy = dict(
+        await db.fetch(
+            f'SELECT s.name, count(*) FROM "{s}".deliveries d JOIN "{s}".subscriptions s '
+            "ON s.id = d.subscription_id WHERE d.status = 'completed' GROUP BY 1"
+        )
+    )
     assert healthy == {"order": 50, "followup": 50}
     assert w.alive(), w.output()

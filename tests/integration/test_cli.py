@@ -15,8 +15,11 @@ APP = "tests.apps.cli_app:bus"
 
 def eventbus(target: Target, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "eventbus", *args], env=target.env(), capture_output=True,
-        text=True, timeout=60,
+        [sys.executable, "-m", "eventbus", *args],
+        env=target.env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if check:
         assert result.returncode == 0, result.stderr
@@ -58,8 +61,7 @@ def test_publish_work_inspect_replay(target: Target) -> None:
         (("worker", "no.such.module:bus"), "cannot import"),
     ],
 )
-def test_user_mistakes_print_one_clear_line(target: Target, args: tuple[str, ...],
-                                            message: str) -> None:
+def test_user_mistakes_print_one_clear_line(target: Target, args: tuple[str, ...], message: str) -> None:
     eventbus(target, "migrate")
     result = eventbus(target, *args, check=False)
     assert result.returncode != 0

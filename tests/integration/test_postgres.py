@@ -115,14 +115,24 @@ async def test_two_worker_processes_complete_each_delivery_once(pg_target) -> No
     @bus.subscribe(OrderPlaced, name="count")  # the same subscription as counter_app's
     async def count(event: OrderPlaced, ctx: Context) -> None:
         raise AssertionError("runs only in the worker processes")
+
     conn = await asyncpg.connect(pg_target.dsn)
     try:
-        await conn.execute(f'CREATE TABLE "{pg_target.schema}".handler_runs '
-                           "(delivery_id bigint, pid int)")
+        await conn.execute(f'CREATE TABLE "{pg_target.schema}".handler_runs (delivery_id bigint, pid int)')
         await bus.register()
         await bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2000)])
-        cmd = [sys.executable, "-m", "eventbus", "worker", "tests.apps.counter_app:bus",
-               "--burst", "--concurrency", "10", "--batch-size", "10"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "eventbus",
+            "worker",
+            "tests.apps.counter_app:bus",
+            "--burst",
+            "--concurrency",
+            "10",
+            "--batch-size",
+            "10",
+        ]
         procs = [subprocess.Popen(cmd, env=pg_target.env()) for _ in range(2)]
         try:
             for p in procs:
@@ -131,11 +141,12 @@ async def test_two_worker_processes_complete_each_delivery_once(pg_target) -> No
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-        rows = await conn.fetch(f'SELECT delivery_id, count(*) AS n, count(DISTINCT pid) '
-                                f'FROM "{pg_target.schema}".handler_runs GROUP BY 1')
+        rows = await conn.fetch(
+            f"SELECT delivery_id, count(*) AS n, count(DISTINCT pid) "
+            f'FROM "{pg_target.schema}".handler_runs GROUP BY 1'
+        )
         assert len(rows) == 2000 and {r["n"] for r in rows} == {1}
-        pids = await conn.fetchval(
-            f'SELECT count(DISTINCT pid) FROM "{pg_target.schema}".handler_runs')
+        pids = await conn.fetchval(f'SELECT count(DISTINCT pid) FROM "{pg_target.schema}".handler_runs')
         assert pids == 2
         assert await counts(bus) == {("count", "completed"): 2000}
     finally:
@@ -177,8 +188,8 @@ async def test_migrate_twice_is_a_no_op_and_edits_are_refused(pg_target) -> None
         conn = await asyncpg.connect(pg_target.dsn)
         try:
             await conn.execute(
-                f'UPDATE "{pg_target.schema}".schema_migrations SET checksum = $1 WHERE version = 1',
-                "0" * 64)
+                f'UPDATE "{pg_target.schema}".schema_migrations SET checksum = $1 WHERE version = 1', "0" * 64
+            )
         finally:
             await conn.close()
         with pytest.raises(MigrationChecksumMismatch):
@@ -241,12 +252,20 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
         token = "00000000-0000-4000-8000-000000000000"
         tx = conn.transaction()
         await tx.start()
-        claim = json.loads(await conn.fetchval(
-            f"EXPLAIN (ANALYZE, FORMAT JSON) {q['claim']}", 1, 100, 30.0, token,
-            "00000000-0000-4000-8000-000000000001"))[0]["Plan"]
+        claim = json.loads(
+            await conn.fetchval(
+                f"EXPLAIN (ANALYZE, FORMAT JSON) {q['claim']}",
+                1,
+                100,
+                30.0,
+                token,
+                "00000000-0000-4000-8000-000000000001",
+            )
+        )[0]["Plan"]
         ids = [r[0] for r in await conn.fetch(q["claim"], 1, 500, 30.0, token, token)]
-        complete = json.loads(await conn.fetchval(
-            f"EXPLAIN (ANALYZE, FORMAT JSON) {q['complete']}", ids, token))[0]["Plan"]
+        complete = json.loads(
+            await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {q['complete']}", ids, token)
+        )[0]["Plan"]
         await tx.rollback()
     finally:
         await conn.close()

@@ -96,8 +96,7 @@ def status_counts(path: Path) -> Counter[str]:
 
 
 def settled(path: Path) -> bool:
-    return scalar(path, "SELECT count(*) FROM deliveries "
-                        "WHERE status IN ('pending', 'processing')") == 0
+    return scalar(path, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')") == 0
 
 
 class Run(NamedTuple):
@@ -116,13 +115,13 @@ def handler_runs(records: Path) -> list[Run]:
     for f in sorted(records.glob("*.runs")):
         for line in f.read_text().splitlines():
             pid, phase, sub, did, eid, attempt, *detail = line.split(" ")
-            runs.append(Run(int(pid), phase, sub, int(did), int(eid), int(attempt),
-                            " ".join(detail)))
+            runs.append(Run(int(pid), phase, sub, int(did), int(eid), int(attempt), " ".join(detail)))
     return runs
 
 
-def wait_until(check: Callable[[], Any], timeout: float, interval: float = 0.05,
-               what: str = "condition") -> Any:
+def wait_until(
+    check: Callable[[], Any], timeout: float, interval: float = 0.05, what: str = "condition"
+) -> Any:
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -149,15 +148,19 @@ class Procs(ProcessGroup):
     def worker(self, *args: str, env: dict[str, str] | None = None, name: str = "w") -> Proc:
         return self.spawn([EVENTBUS, "worker", APP, *args], env, name)
 
-    def publisher(self, *args: str, env: dict[str, str] | None = None,
-                  name: str = "pub") -> Proc:
+    def publisher(self, *args: str, env: dict[str, str] | None = None, name: str = "pub") -> Proc:
         """``tests.apps.sqlite_publisher``; its stdout (the acks) goes to ``<log>.out``."""
-        return self.spawn([sys.executable, "-m", "tests.apps.sqlite_publisher", *args], env,
-                          name, split_stdout=True)
+        return self.spawn(
+            [sys.executable, "-m", "tests.apps.sqlite_publisher", *args], env, name, split_stdout=True
+        )
 
     def bad_log_lines(self) -> list[str]:
-        return [f"{p.name}[{p.pid}]: {line}" for p in self.all
-                for line in p.output().splitlines() if BAD_LOG.search(line)]
+        return [
+            f"{p.name}[{p.pid}]: {line}"
+            for p in self.all
+            for line in p.output().splitlines()
+            if BAD_LOG.search(line)
+        ]
 
 
 def acks(proc: Proc) -> list[tuple[str, str, int]]:

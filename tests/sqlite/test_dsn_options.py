@@ -19,24 +19,28 @@ def test_parse_dsn_reads_known_options() -> None:
     assert parse_dsn("sqlite:////tmp/a.db") == DsnOptions("/tmp/a.db")
     assert parse_dsn("sqlite:////tmp/a.db?synchronous=normal") == DsnOptions("/tmp/a.db", "NORMAL")
     assert parse_dsn("sqlite:////tmp/a.db?busy_timeout_ms=250&synchronous=EXTRA") == DsnOptions(
-        "/tmp/a.db", "EXTRA", 250)
+        "/tmp/a.db", "EXTRA", 250
+    )
     assert parse_dsn("sqlite:///rel.db?busy_timeout_ms=0").path == os.path.abspath("rel.db")
     assert parse_dsn("sqlite:////tmp/a%20b.db?synchronous=FULL").path == "/tmp/a b.db"
 
 
-@pytest.mark.parametrize("dsn, match", [
-    ("sqlite:////tmp/a.db?journal_mode=DELETE", "unknown option 'journal_mode'"),
-    ("sqlite:////tmp/a.db?synchronous=OFF", "synchronous must be"),
-    ("sqlite:////tmp/a.db?synchronous=", "synchronous must be"),
-    ("sqlite:////tmp/a.db?busy_timeout_ms=-1", "busy_timeout_ms must be"),
-    ("sqlite:////tmp/a.db?busy_timeout_ms=1.5", "busy_timeout_ms must be"),
-    ("sqlite:////tmp/a.db?busy_timeout_ms=", "busy_timeout_ms must be"),
-    ("sqlite:////tmp/a.db?synchronous=FULL&synchronous=NORMAL", "repeated"),
-    ("sqlite:////tmp/a.db?synchronous", "malformed"),
-    ("sqlite:////tmp/a.db?timeout=5", "unknown option 'timeout'"),
-    ("sqlite:///:memory:?synchronous=FULL", "name a file"),
-    ("sqlite://host/a.db", "invalid SQLite DSN"),
-])
+@pytest.mark.parametrize(
+    "dsn, match",
+    [
+        ("sqlite:////tmp/a.db?journal_mode=DELETE", "unknown option 'journal_mode'"),
+        ("sqlite:////tmp/a.db?synchronous=OFF", "synchronous must be"),
+        ("sqlite:////tmp/a.db?synchronous=", "synchronous must be"),
+        ("sqlite:////tmp/a.db?busy_timeout_ms=-1", "busy_timeout_ms must be"),
+        ("sqlite:////tmp/a.db?busy_timeout_ms=1.5", "busy_timeout_ms must be"),
+        ("sqlite:////tmp/a.db?busy_timeout_ms=", "busy_timeout_ms must be"),
+        ("sqlite:////tmp/a.db?synchronous=FULL&synchronous=NORMAL", "repeated"),
+        ("sqlite:////tmp/a.db?synchronous", "malformed"),
+        ("sqlite:////tmp/a.db?timeout=5", "unknown option 'timeout'"),
+        ("sqlite:///:memory:?synchronous=FULL", "name a file"),
+        ("sqlite://host/a.db", "invalid SQLite DSN"),
+    ],
+)
 def test_parse_dsn_refuses_bad_options(dsn: str, match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         parse_dsn(dsn)
@@ -69,6 +73,7 @@ async def test_dsn_options_reach_the_connections(tmp_path: Path, synchronous: st
         assert isinstance(backend, SQLiteBackend)
         writer = backend._writer
         assert writer is not None
+
         async def pragma(name: str) -> object:
             return await writer.run(lambda c: c.execute(f"PRAGMA {name}").fetchone()[0])
 
@@ -83,13 +88,15 @@ def test_cli_takes_options_in_the_dsn_and_refuses_unknown_ones(tmp_path: Path) -
     env = {k: v for k, v in os.environ.items() if k != "EVENTBUS_DSN"}
     good = f"sqlite:///{tmp_path / 'cli.db'}?synchronous=NORMAL&busy_timeout_ms=2000"
     for args in (["migrate"], ["publish", "x.y", '{"a": 1}'], ["status", "--json"]):
-        result = subprocess.run([EVENTBUS, "--dsn", good, *args], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=30)
+        result = subprocess.run(
+            [EVENTBUS, "--dsn", good, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
+        )
         assert result.returncode == 0, result.stderr
     assert '"events":1' in result.stdout.replace(" ", "")
     bad = f"sqlite:///{tmp_path / 'cli.db'}?synchronus=NORMAL"
-    result = subprocess.run([EVENTBUS, "--dsn", bad, "status"], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [EVENTBUS, "--dsn", bad, "status"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30
+    )
     assert result.returncode != 0
     assert "ConfigurationError" in result.stderr and "unknown option 'synchronus'" in result.stderr
     assert "Traceback" not in result.stderr

@@ -41,10 +41,10 @@ def test_acknowledged_publishes_survive_sigkill(tmp_path: Path, synchronous: str
     try:
         w = procs.worker("--concurrency", "20", "--poll-interval", "1", name="w")
         wait_until(lambda: w.pid in worker_pids(db), 20, what="the worker to start")
-        single = procs.publisher("--prefix", "s", "--count", "1000000", "--audits", "0.2",
-                                 name="single")
-        batched = procs.publisher("--prefix", "b", "--count", "1000000", "--batch", "20",
-                                  "--audits", "0.2", name="batched")
+        single = procs.publisher("--prefix", "s", "--count", "1000000", "--audits", "0.2", name="single")
+        batched = procs.publisher(
+            "--prefix", "b", "--count", "1000000", "--batch", "20", "--audits", "0.2", name="batched"
+        )
         for p in (single, batched):
             wait_until(lambda p=p: acks(p), 20, what=f"{p.name} to publish")
         time.sleep(rng.uniform(0.3, 1.0))
@@ -64,16 +64,27 @@ def test_acknowledged_publishes_survive_sigkill(tmp_path: Path, synchronous: str
     for p, batch in ((single, 1), (batched, 20)):
         acked = acks(p)
         assert len(acked) > 20, f"{p.name} acknowledged only {len(acked)} events"
-        stored = {key: (event_id, event_type) for key, event_id, event_type in rows(
-            db, "SELECT key, id, event_type FROM events WHERE key LIKE ?", (f"{p.name[0]}-%",))}
-        lost = [(key, event_id) for _t, key, event_id in acked
-                if stored.get(key, (None,))[0] != event_id]
+        stored = {
+            key: (event_id, event_type)
+            for key, event_id, event_type in rows(
+                db, "SELECT key, id, event_type FROM events WHERE key LIKE ?", (f"{p.name[0]}-%",)
+            )
+        }
+        lost = [(key, event_id) for _t, key, event_id in acked if stored.get(key, (None,))[0] != event_id]
         assert lost == [], f"{p.name}: {len(lost)} acknowledged events lost, e.g. {lost[:3]}"
         assert all(stored[key][1] == f"sq.{t.lower()}" for t, key, _i in acked)
         # Only the publish in flight at the kill may have committed unacknowledged.
         assert len(stored) - len(acked) <= batch, (p.name, len(stored), len(acked))
-        print(f"\n{synchronous} {p.name}: {len(acked)} acknowledged, "
-              f"{len(stored) - len(acked)} committed but not acknowledged, 0 lost")
+        print(
+            f"\n{synchronous} {p.name}: {len(acked)} acknowledged, "
+            f"{len(stored) - len(acked)} committed but not acknowledged, 0 lost"
+        )
     # Fan-out is part of the publish: every stored event has its delivery.
-    assert scalar(db, "SELECT count(*) FROM events e WHERE e.event_type IN ('sq.job', 'sq.audit') "
-                      "AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)") == 0
+    assert (
+        scalar(
+            db,
+            "SELECT count(*) FROM events e WHERE e.event_type IN ('sq.job', 'sq.audit') "
+            "AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id)",
+        )
+        == 0
+    )

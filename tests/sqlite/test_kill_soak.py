@@ -43,8 +43,7 @@ from ._support import (
 
 JOBS, AUDITS, LATE = 3000, 600, 1000
 KILLS = 8
-WORKER_ARGS = ("--concurrency", "10", "--batch-size", "10", "--poll-interval", "1",
-               "--grace", "1")
+WORKER_ARGS = ("--concurrency", "10", "--batch-size", "10", "--poll-interval", "1", "--grace", "1")
 WORKER_ENV = {"SQ_LEASE": "2", "SQ_SLEEP": "0.05"}
 
 
@@ -54,7 +53,7 @@ async def _publish_up_front(dsn: str) -> None:
     random.Random(7).shuffle(events)
     async with Bus(dsn) as bus:
         for i in range(0, len(events), 500):
-            results = await bus.publish_many(events[i:i + 500])
+            results = await bus.publish_many(events[i : i + 500])
             assert not any(r.duplicate for r in results)
 
 
@@ -79,18 +78,17 @@ def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
     rng = random.Random(20240611)
     try:
         workers = [procs.worker(*WORKER_ARGS, env=WORKER_ENV, name=f"w{i}") for i in range(4)]
-        wait_until(lambda: {w.pid for w in workers} <= worker_pids(db), 30,
-                   what="4 workers to start")
+        wait_until(lambda: {w.pid for w in workers} <= worker_pids(db), 30, what="4 workers to start")
         asyncio.run(_publish_up_front(dsn))
-        late = procs.publisher("--prefix", "late", "--count", str(LATE), "--audits", "0.25",
-                               "--pace", "0.004", name="pub")
+        late = procs.publisher(
+            "--prefix", "late", "--count", str(LATE), "--audits", "0.25", "--pace", "0.004", name="pub"
+        )
         started = time.monotonic()
         in_lock = 0
         for _ in range(KILLS):
             in_lock += _kill_during_write(procs, workers[0], shm, rng)
             workers[0] = procs.worker(*WORKER_ARGS, env=WORKER_ENV, name="w0")
-            wait_until(lambda: workers[0].pid in worker_pids(db), 20,
-                       what="the restarted worker to start")
+            wait_until(lambda: workers[0].pid in worker_pids(db), 20, what="the restarted worker to start")
         left = scalar(db, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')")
         assert left, "the workload drained before the last kill: make it longer"
         assert late.wait(30) == 0, late.output()
@@ -107,34 +105,55 @@ def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
     jobs, audits = JOBS + LATE - late_audits, AUDITS + late_audits
 
     # Nothing lost: every event and delivery is there, and each one ended.
-    per_sub = dict(rows(db, "SELECT s.name, count(*) FROM deliveries d "
-                            "JOIN subscriptions s ON s.id = d.subscription_id GROUP BY 1"))
+    per_sub = dict(
+        rows(
+            db,
+            "SELECT s.name, count(*) FROM deliveries d "
+            "JOIN subscriptions s ON s.id = d.subscription_id GROUP BY 1",
+        )
+    )
     assert per_sub == {"job": jobs, "followup": jobs, "audit": audits, "note": audits}, per_sub
     assert scalar(db, "SELECT count(*) FROM events") == 2 * (jobs + audits)
     counts = status_counts(db)
     assert set(counts) <= {"completed", "dead"}, counts
-    assert scalar(db, "SELECT count(*) FROM deliveries WHERE status = 'dead' "
-                      "AND coalesce(last_error, '') = ''") == 0
+    assert (
+        scalar(db, "SELECT count(*) FROM deliveries WHERE status = 'dead' AND coalesce(last_error, '') = ''")
+        == 0
+    )
     for _type, key, event_id in late_acks:  # acknowledged under kills: stored as acked
         assert scalar(db, "SELECT id FROM events WHERE key = ?", (key,)) == event_id, key
 
     # One follow-up per job (emitted: caused by it) and one note per audit
     # (published by its handler), found by key.
     for parent, child, prefix in (("sq.job", "sq.followup", "f:"), ("sq.audit", "sq.note", "n:")):
-        orphans = scalar(db, "SELECT count(*) FROM events p WHERE p.event_type = ? AND NOT EXISTS "
-                             "(SELECT 1 FROM events c WHERE c.event_type = ? AND c.key = ? || p.key)",
-                         (parent, child, prefix))
+        orphans = scalar(
+            db,
+            "SELECT count(*) FROM events p WHERE p.event_type = ? AND NOT EXISTS "
+            "(SELECT 1 FROM events c WHERE c.event_type = ? AND c.key = ? || p.key)",
+            (parent, child, prefix),
+        )
         assert orphans == 0, (parent, orphans)
-    assert scalar(db, "SELECT count(*) FROM events f JOIN events j ON j.id = f.causation_id "
-                      "WHERE f.event_type = 'sq.followup' AND f.key = 'f:' || j.key") == jobs
+    assert (
+        scalar(
+            db,
+            "SELECT count(*) FROM events f JOIN events j ON j.id = f.causation_id "
+            "WHERE f.event_type = 'sq.followup' AND f.key = 'f:' || j.key",
+        )
+        == jobs
+    )
 
     # Exactly once: one transition to completed per completed delivery, and the
     # completing claim's handler recorded its end.
-    assert scalar(db, "SELECT count(*) FROM (SELECT delivery_id FROM transitions "
-                      "WHERE new_status = 'completed' GROUP BY 1 HAVING count(*) <> 1)") == 0
+    assert (
+        scalar(
+            db,
+            "SELECT count(*) FROM (SELECT delivery_id FROM transitions "
+            "WHERE new_status = 'completed' GROUP BY 1 HAVING count(*) <> 1)",
+        )
+        == 0
+    )
     completed = dict(rows(db, "SELECT id, attempts FROM deliveries WHERE status = 'completed'"))
-    assert scalar(db, "SELECT count(*) FROM transitions WHERE new_status = 'completed'") == len(
-        completed)
+    assert scalar(db, "SELECT count(*) FROM transitions WHERE new_status = 'completed'") == len(completed)
     runs = handler_runs(tmp_path / "records")
     errors = [r for r in runs if r.phase == "error"]
     assert errors == [], errors[:5]
@@ -144,7 +163,9 @@ def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
     reruns = Counter(r.delivery_id for r in runs if r.phase == "start")
     orphaned = scalar(db, "SELECT count(*) FROM delivery_attempts WHERE error_type = 'LeaseExpired'")
     assert orphaned > 0, "no kill left a claimed delivery behind"
-    print(f"\nsqlite kill soak: {KILLS} SIGKILLs ({in_lock} while holding the write lock), "
-          f"{orphaned} orphaned leases recovered, {counts['dead']} dead, "
-          f"{sum(1 for n in reruns.values() if n > 1)} handlers re-run; "
-          f"{sum(counts.values())} deliveries in {elapsed:.1f}s, {left} left after the last kill")
+    print(
+        f"\nsqlite kill soak: {KILLS} SIGKILLs ({in_lock} while holding the write lock), "
+        f"{orphaned} orphaned leases recovered, {counts['dead']} dead, "
+        f"{sum(1 for n in reruns.values() if n > 1)} handlers re-run; "
+        f"{sum(counts.values())} deliveries in {elapsed:.1f}s, {left} left after the last kill"
+    )

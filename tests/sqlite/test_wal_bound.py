@@ -51,12 +51,25 @@ def test_wal_stays_bounded_under_sustained_load_with_a_reader(tmp_path: Path) ->
     reader = threading.Thread(target=_reader, args=(db, stop, reads), daemon=True)
     sizes: list[int] = []
     try:
-        workers = [procs.worker("--concurrency", "50", "--batch-size", "50", "--poll-interval", "1",
-                                name=f"w{i}") for i in range(2)]
+        workers = [
+            procs.worker("--concurrency", "50", "--batch-size", "50", "--poll-interval", "1", name=f"w{i}")
+            for i in range(2)
+        ]
         wait_until(lambda: {w.pid for w in workers} <= worker_pids(db), 20, what="workers")
         reader.start()
-        pub = procs.publisher("--prefix", "p", "--count", "10000000", "--batch", "100",
-                              "--pad", "1024", "--seconds", str(SECONDS), name="pub")
+        pub = procs.publisher(
+            "--prefix",
+            "p",
+            "--count",
+            "10000000",
+            "--batch",
+            "100",
+            "--pad",
+            "1024",
+            "--seconds",
+            str(SECONDS),
+            name="pub",
+        )
         deadline = time.monotonic() + SECONDS + 1
         while pub.alive() and time.monotonic() < deadline:
             try:
@@ -76,9 +89,11 @@ def test_wal_stays_bounded_under_sustained_load_with_a_reader(tmp_path: Path) ->
     published = scalar(db, "SELECT count(*) FROM events WHERE event_type = 'sq.job'")
     counts = status_counts(db)
     mib = max(sizes) / 2**20
-    print(f"\nsqlite WAL: max {mib:.1f} MiB over {len(sizes)} samples; {published} events "
-          f"published in {SECONDS:.0f}s, {counts['completed']} deliveries completed, "
-          f"{reads[0]} reader transactions")
+    print(
+        f"\nsqlite WAL: max {mib:.1f} MiB over {len(sizes)} samples; {published} events "
+        f"published in {SECONDS:.0f}s, {counts['completed']} deliveries completed, "
+        f"{reads[0]} reader transactions"
+    )
     assert published > 5000 and counts["completed"] > 5000, "the load was too light to mean anything"
     assert reads[0] > 500
     assert max(sizes) < WAL_BOUND, f"WAL reached {mib:.1f} MiB"

@@ -41,19 +41,26 @@ def test_registration_refuses_duplicates_and_wrong_signatures(tmp_path) -> None:
     with pytest.raises(DuplicateSubscription):
         bus.subscribe(OrderPlaced, name="one")(one)
     with pytest.raises(HandlerSignatureError, match="annotated for"):
+
         @bus.subscribe(OrderPlaced, name="two")
         async def two(event: PaymentRequested, ctx: Context) -> None: ...
+
     with pytest.raises(HandlerSignatureError, match="async def"):
+
         @bus.subscribe(OrderPlaced, name="three")
         def three(event: OrderPlaced, ctx: Context) -> None: ...
+
     with pytest.raises(HandlerSignatureError, match="exactly"):
+
         @bus.subscribe(OrderPlaced, name="four")
         async def four(event: OrderPlaced) -> None: ...
+
     assert list(bus.subscriptions) == ["one"]
 
 
 def test_event_types_are_validated_and_round_trip() -> None:
     with pytest.raises(ConfigurationError):
+
         class Bad(Event, event_type="has space"):
             x: int
 
@@ -78,7 +85,8 @@ def test_migration_files_are_named_and_refused_when_edited() -> None:
         found = discover(backend)
         assert [m.version for m in found] == list(range(1, len(found) + 1))
         assert {m.name.split("_", 1)[1] for m in found} == {
-            m.name.split("_", 1)[1] for m in discover("postgres")}
+            m.name.split("_", 1)[1] for m in discover("postgres")
+        }
     first = discover("postgres")[0]
     assert pending([first], {1: first.checksum}) == []
     edited = Migration(1, first.name, first.sql + "\n-- edited")

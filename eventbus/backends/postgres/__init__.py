@@ -101,12 +101,22 @@ def _columns(events: Sequence[OutgoingEvent]) -> tuple[list[Any], ...]:
 
 def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
     return DeliveryDetail(
-        id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
-        subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
-        attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
-        headers=decode_headers(row["headers"]), correlation_id=row["correlation_id"],
-        causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
-        run_at=row["run_at"], updated_at=row["updated_at"], created_at=row["created_at"],
+        id=DeliveryId(row["id"]),
+        event_id=EventId(row["event_id"]),
+        subscription=row["subscription"],
+        event_type=row["event_type"],
+        status=row["status"],
+        attempts=row["attempts"],
+        key=row["key"],
+        payload=bytes(row["payload"]),
+        headers=decode_headers(row["headers"]),
+        correlation_id=row["correlation_id"],
+        causation_id=row["causation_id"],
+        last_error=row["last_error"],
+        replays=row["replays"],
+        run_at=row["run_at"],
+        updated_at=row["updated_at"],
+        created_at=row["created_at"],
         history=history,
     )
 
@@ -140,8 +150,11 @@ class PostgresBackend:
         if self._pool is None:
             with translate_errors():
                 self._pool = await asyncpg.create_pool(
-                    self.dsn, min_size=self._pool_size[0], max_size=self._pool_size[1],
-                    command_timeout=self._command_timeout, reset=_keep_session,
+                    self.dsn,
+                    min_size=self._pool_size[0],
+                    max_size=self._pool_size[1],
+                    command_timeout=self._command_timeout,
+                    reset=_keep_session,
                 )
 
     async def aclose(self) -> None:
@@ -185,9 +198,7 @@ class PostgresBackend:
 
     # -- publish ---------------------------------------------------------
 
-    async def publish(
-        self, events: Sequence[OutgoingEvent], connection: Any = None
-    ) -> list[PublishResult]:
+    async def publish(self, events: Sequence[OutgoingEvent], connection: Any = None) -> list[PublishResult]:
         if not events:
             return []
         if connection is not None:
@@ -219,8 +230,12 @@ class PostgresBackend:
         async with self._tx() as conn:
             for spec in specs:
                 row = await conn.fetchrow(
-                    self.q["register"], spec.name, spec.event_type, spec.max_attempts,
-                    spec.lease_seconds, spec.ordered,
+                    self.q["register"],
+                    spec.name,
+                    spec.event_type,
+                    spec.max_attempts,
+                    spec.lease_seconds,
+                    spec.ordered,
                 )
                 if row is None:
                     raise RegistrationError(
@@ -284,9 +299,18 @@ class PostgresBackend:
         text_token = str(token)
         return [
             ClaimedDelivery(
-                id=r[0], event_id=r[1], subscription_id=subscription_id, attempts=r[2],
-                lease_token=text_token, event_type=r[3], payload=r[4], headers=decode_headers(r[5]),
-                key=r[6], correlation_id=r[7], ordering_key=r[8], created_at=r[9],
+                id=r[0],
+                event_id=r[1],
+                subscription_id=subscription_id,
+                attempts=r[2],
+                lease_token=text_token,
+                event_type=r[3],
+                payload=r[4],
+                headers=decode_headers(r[5]),
+                key=r[6],
+                correlation_id=r[7],
+                ordering_key=r[8],
+                created_at=r[9],
                 position=(r[10], r[0]),
             )
             for r in rows
@@ -315,10 +339,16 @@ class PostgresBackend:
         f = failures
         async with self._conn() as conn:
             rows = await conn.fetch(
-                self.q["fail"], [x.delivery_id for x in f], [x.lease_token for x in f],
-                [x.dead for x in f], [x.retry_delay_seconds for x in f],
-                [x.error_type for x in f], [x.message for x in f], [x.traceback for x in f],
-                [x.duration_seconds for x in f], [x.worker_id for x in f],
+                self.q["fail"],
+                [x.delivery_id for x in f],
+                [x.lease_token for x in f],
+                [x.dead for x in f],
+                [x.retry_delay_seconds for x in f],
+                [x.error_type for x in f],
+                [x.message for x in f],
+                [x.traceback for x in f],
+                [x.duration_seconds for x in f],
+                [x.worker_id for x in f],
             )
         return {DeliveryId(r[0]) for r in rows}
 
@@ -364,8 +394,12 @@ class PostgresBackend:
                 await conn.execute(self.q["worker_gone"], uuid.UUID(worker_id))
                 return
             await conn.execute(
-                self.q["worker_beat"], uuid.UUID(worker_id), socket.gethostname(), os.getpid(),
-                self.listener.healthy, self.listener.reconnects,
+                self.q["worker_beat"],
+                uuid.UUID(worker_id),
+                socket.gethostname(),
+                os.getpid(),
+                self.listener.healthy,
+                self.listener.reconnects,
             )
 
     # -- operations ------------------------------------------------------
@@ -377,7 +411,9 @@ class PostgresBackend:
             events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
         return StatusReport(
-            rows=[dict(r) for r in rows], oldest_pending_seconds=oldest, events=events,
+            rows=[dict(r) for r in rows],
+            oldest_pending_seconds=oldest,
+            events=events,
             workers=[dict(w) for w in workers],
         )
 
@@ -395,8 +431,13 @@ class PostgresBackend:
         ids = list(flt.ids) if flt.ids is not None else None
         async with self._conn() as conn:
             rows = await conn.fetch(
-                self.q["list_dead"], ids, flt.subscription, flt.event_type, flt.since,
-                after_id, limit,
+                self.q["list_dead"],
+                ids,
+                flt.subscription,
+                flt.event_type,
+                flt.since,
+                after_id,
+                limit,
             )
         return [_detail(r) for r in rows]
 
@@ -416,7 +457,7 @@ class PostgresBackend:
         if flt.ids is not None and not (flt.subscription or flt.event_type or flt.since):
             ids = sorted(set(flt.ids))
             for start in range(0, len(ids), batch_size):
-                total += await apply(ids[start:start + batch_size])
+                total += await apply(ids[start : start + batch_size])
             return total
         after = 0
         while True:

@@ -23,6 +23,7 @@ __all__ = ["PostgresListener"]
 
 log = logging.getLogger("eventbus.listener")
 
+
 class PostgresListener(Waker):
     """The LISTEN connection; notifications for event types wake the worker."""
 

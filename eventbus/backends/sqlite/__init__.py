@@ -108,8 +108,7 @@ class SQLiteBackend:
         poll_interval_seconds: float = 0.05,
     ) -> None:
         parsed = sqlconn.parse_dsn(dsn)
-        synchronous = _agree("synchronous", synchronous and synchronous.upper(),
-                             parsed.synchronous, "FULL")
+        synchronous = _agree("synchronous", synchronous and synchronous.upper(), parsed.synchronous, "FULL")
         busy_timeout_ms = _agree("busy_timeout_ms", busy_timeout_ms, parsed.busy_timeout_ms, 30000)
         if synchronous not in ("FULL", "NORMAL", "EXTRA"):
             raise ConfigurationError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
@@ -270,9 +269,7 @@ class SQLiteBackend:
 
     # -- publish ---------------------------------------------------------
 
-    async def publish(
-        self, events: Sequence[OutgoingEvent], connection: Any = None
-    ) -> list[PublishResult]:
+    async def publish(self, events: Sequence[OutgoingEvent], connection: Any = None) -> list[PublishResult]:
         if connection is not None:
             raise ConfigurationError(
                 "publish(connection=...) joins a caller's PostgreSQL transaction; the SQLite "
@@ -306,8 +303,11 @@ class SQLiteBackend:
         del after
         token = str(uuid.uuid4())
         params = {
-            "subscription_id": subscription_id, "limit": limit, "lease_seconds": lease_seconds,
-            "lease_token": token, "worker_id": worker_id,
+            "subscription_id": subscription_id,
+            "limit": limit,
+            "lease_seconds": lease_seconds,
+            "lease_token": token,
+            "worker_id": worker_id,
         }
         probe = {"subscription_id": subscription_id}
         pairs = await self._write_if("claim_probe", probe, sync.claim, params, ordered)
@@ -377,10 +377,16 @@ class SQLiteBackend:
 
     async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
         """Record the worker's heartbeat, then keep the WAL bounded."""
-        params = None if gone else {
-            "hostname": socket.gethostname(), "pid": os.getpid(),
-            "listener_ok": int(self.listener_ok), "listener_reconnects": self.listener_reconnects,
-        }
+        params = (
+            None
+            if gone
+            else {
+                "hostname": socket.gethostname(),
+                "pid": os.getpid(),
+                "listener_ok": int(self.listener_ok),
+                "listener_reconnects": self.listener_reconnects,
+            }
+        )
         await self._write(sync.worker_beat, params, worker_id)
         if not gone:
             await self._checkpoint()
@@ -399,7 +405,8 @@ class SQLiteBackend:
             return StatusReport(
                 rows=[dict(r) for r in c.execute(q["status"]).fetchall()],
                 oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
-                events=c.execute(q["status_events"]).fetchone()[0], workers=workers,
+                events=c.execute(q["status_events"]).fetchone()[0],
+                workers=workers,
             )
 
         return await self._read(body)

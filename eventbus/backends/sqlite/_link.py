@@ -33,8 +33,18 @@ from ...errors import (
 )
 
 __all__ = [
-    "DsnOptions", "Link", "Queries", "checkpoint", "configure", "enable_wal", "file_size", "is_busy",
-    "parse_dsn", "read", "translate_errors", "write",
+    "DsnOptions",
+    "Link",
+    "Queries",
+    "checkpoint",
+    "configure",
+    "enable_wal",
+    "file_size",
+    "is_busy",
+    "parse_dsn",
+    "read",
+    "translate_errors",
+    "write",
 ]
 
 log = logging.getLogger("eventbus.sqlite")
@@ -54,8 +64,7 @@ _SYNCHRONOUS = {
 def is_busy(exc: BaseException) -> bool:
     """Whether ``exc`` means another connection holds a lock we need."""
     return isinstance(exc, sqlite3.OperationalError) and (
-        getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES
-        or "database is locked" in str(exc)
+        getattr(exc, "sqlite_errorcode", 0) & 0xFF in _BUSY_CODES or "database is locked" in str(exc)
     )
 
 
@@ -124,8 +133,7 @@ def _retry_busy(body: Callable[[], T], deadline_seconds: float) -> T:
         time.sleep(_backoff(attempt))
 
 
-def read(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T],
-         deadline_seconds: float) -> T:
+def read(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T], deadline_seconds: float) -> T:
     """Run a read (autocommit statements), retrying while the file is busy."""
     return _retry_busy(lambda: body(conn), deadline_seconds)
 
@@ -216,8 +224,7 @@ def _dsn_options(dsn: str, query: str) -> dict[str, Any]:
     for name, value in pairs:
         if name not in _DSN_OPTIONS:
             raise ConfigurationError(
-                f"invalid SQLite DSN {dsn!r}: unknown option {name!r} "
-                f"(known: {', '.join(_DSN_OPTIONS)})"
+                f"invalid SQLite DSN {dsn!r}: unknown option {name!r} (known: {', '.join(_DSN_OPTIONS)})"
             )
         if name in options:
             raise ConfigurationError(f"invalid SQLite DSN {dsn!r}: option {name!r} is repeated")
@@ -251,12 +258,14 @@ class Link:
         self._lock = anyio.Lock()
 
     @classmethod
-    async def open(cls, path: str, synchronous: str, busy_timeout_ms: int,
-                   deadline_seconds: float) -> Link:
+    async def open(cls, path: str, synchronous: str, busy_timeout_ms: int, deadline_seconds: float) -> Link:
         with translate_errors():
             db = await aiosqlite.connect(
-                path, timeout=busy_timeout_ms / 1000, isolation_level=None,
-                check_same_thread=False, cached_statements=256,
+                path,
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
             )
         link = cls(db, deadline_seconds)
         try:
@@ -280,5 +289,3 @@ class Link:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 await self.db.close()
-
-

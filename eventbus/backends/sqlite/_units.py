@@ -58,32 +58,52 @@ def to_epoch(value: datetime | None) -> float | None:
 
 def detail_of(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
     return DeliveryDetail(
-        id=DeliveryId(row["id"]), event_id=EventId(row["event_id"]),
-        subscription=row["subscription"], event_type=row["event_type"], status=row["status"],
-        attempts=row["attempts"], key=row["key"], payload=bytes(row["payload"]),
-        headers=decode_headers(row["headers"]), correlation_id=row["correlation_id"],
-        causation_id=row["causation_id"], last_error=row["last_error"], replays=row["replays"],
-        run_at=to_time(row["run_at"]), updated_at=to_time(row["updated_at"]),
-        created_at=to_time(row["created_at"]), history=history,
+        id=DeliveryId(row["id"]),
+        event_id=EventId(row["event_id"]),
+        subscription=row["subscription"],
+        event_type=row["event_type"],
+        status=row["status"],
+        attempts=row["attempts"],
+        key=row["key"],
+        payload=bytes(row["payload"]),
+        headers=decode_headers(row["headers"]),
+        correlation_id=row["correlation_id"],
+        causation_id=row["causation_id"],
+        last_error=row["last_error"],
+        replays=row["replays"],
+        run_at=to_time(row["run_at"]),
+        updated_at=to_time(row["updated_at"]),
+        created_at=to_time(row["created_at"]),
+        history=history,
     )
 
 
 def attempt_of(row: sqlite3.Row) -> AttemptRecord:
     return AttemptRecord(
-        attempt=row[0], error_type=row[1], message=row[2], traceback=row[3],
-        duration_seconds=float(row[4]), worker_id=row[5], failed_at=to_time(row[6]),
+        attempt=row[0],
+        error_type=row[1],
+        message=row[2],
+        traceback=row[3],
+        duration_seconds=float(row[4]),
+        worker_id=row[5],
+        failed_at=to_time(row[6]),
     )
 
 
-def claimed_of(
-    pair: tuple[sqlite3.Row, sqlite3.Row], subscription_id: int, token: str
-) -> ClaimedDelivery:
+def claimed_of(pair: tuple[sqlite3.Row, sqlite3.Row], subscription_id: int, token: str) -> ClaimedDelivery:
     d, e = pair
     return ClaimedDelivery(
-        id=DeliveryId(d["id"]), event_id=EventId(d["event_id"]), subscription_id=subscription_id,
-        attempts=d["attempts"], lease_token=token, event_type=e["event_type"],
-        payload=bytes(e["payload"]), headers=decode_headers(e["headers"]), key=e["key"],
-        correlation_id=e["correlation_id"], ordering_key=d["ordering_key"],
+        id=DeliveryId(d["id"]),
+        event_id=EventId(d["event_id"]),
+        subscription_id=subscription_id,
+        attempts=d["attempts"],
+        lease_token=token,
+        event_type=e["event_type"],
+        payload=bytes(e["payload"]),
+        headers=decode_headers(e["headers"]),
+        key=e["key"],
+        correlation_id=e["correlation_id"],
+        ordering_key=d["ordering_key"],
         created_at=to_time(e["created_at"]),
     )
 
@@ -123,9 +143,15 @@ def apply_next_migration(conn: sqlite3.Connection, q: Queries, now: float) -> st
     m = todo[0]
     for statement in _statements(m.sql):
         conn.execute(statement)
-    conn.execute(q["migration_record"], {
-        "version": m.version, "name": m.name, "checksum": m.checksum, "now": now,
-    })
+    conn.execute(
+        q["migration_record"],
+        {
+            "version": m.version,
+            "name": m.name,
+            "checksum": m.checksum,
+            "now": now,
+        },
+    )
     return m.name
 
 
@@ -152,8 +178,13 @@ def publish(
         results.append(PublishResult(EventId(event_id), duplicate=False))
         inserted.add(e.event_type)
         fanout.extend(
-            {"event_id": event_id, "subscription_id": sub_id, "run_at": deliver_at, "now": now,
-             "ordering_key": e.ordering_key if ordered else None}
+            {
+                "event_id": event_id,
+                "subscription_id": sub_id,
+                "run_at": deliver_at,
+                "now": now,
+                "ordering_key": e.ordering_key if ordered else None,
+            }
             for sub_id, ordered in subscribers.get(e.event_type, ())
         )
     if fanout:
@@ -163,10 +194,15 @@ def publish(
 
 def _event_params(e: OutgoingEvent, now: float) -> dict[str, Any]:
     return {
-        "event_type": e.event_type, "key": e.key, "payload": e.payload,
+        "event_type": e.event_type,
+        "key": e.key,
+        "payload": e.payload,
         "headers": orjson.dumps(e.headers).decode() if e.headers else "{}",
-        "correlation_id": e.correlation_id, "causation_id": e.causation_id,
-        "ordering_key": e.ordering_key, "delay_seconds": e.delay_seconds, "now": now,
+        "correlation_id": e.correlation_id,
+        "causation_id": e.causation_id,
+        "ordering_key": e.ordering_key,
+        "delay_seconds": e.delay_seconds,
+        "now": now,
     }
 
 
@@ -184,8 +220,12 @@ def register(
     ids: dict[str, int] = {}
     for spec in specs:
         params: dict[str, Any] = {
-            "name": spec.name, "event_type": spec.event_type, "max_attempts": spec.max_attempts,
-            "lease_seconds": spec.lease_seconds, "ordered": int(spec.ordered), "now": now,
+            "name": spec.name,
+            "event_type": spec.event_type,
+            "max_attempts": spec.max_attempts,
+            "lease_seconds": spec.lease_seconds,
+            "ordered": int(spec.ordered),
+            "now": now,
         }
         found = _all(conn, q["subscription_by_name"], {"name": spec.name})
         if found and found[0][1] != spec.event_type:
@@ -204,13 +244,21 @@ def register(
 
 
 def backfill(
-    conn: sqlite3.Connection, q: Queries, now: float, subscription_id: int,
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    subscription_id: int,
     spec: SubscriptionSpec,
 ) -> None:
-    conn.execute(q["backfill"], {
-        "subscription_id": subscription_id, "event_type": spec.event_type,
-        "ordered": int(spec.ordered), "now": now,
-    })
+    conn.execute(
+        q["backfill"],
+        {
+            "subscription_id": subscription_id,
+            "event_type": spec.event_type,
+            "ordered": int(spec.ordered),
+            "now": now,
+        },
+    )
 
 
 # -- the delivery state machine -------------------------------------------------------
@@ -258,61 +306,93 @@ def complete(
     return done, results, types
 
 
-def fail(
-    conn: sqlite3.Connection, q: Queries, now: float, failures: Sequence[Failure]
-) -> set[DeliveryId]:
+def fail(conn: sqlite3.Connection, q: Queries, now: float, failures: Sequence[Failure]) -> set[DeliveryId]:
     """Retry or bury owned deliveries, appending each attempt to the history."""
     failed: set[DeliveryId] = set()
     for f in failures:
-        rows = _all(conn, q["fail"], {
-            "id": f.delivery_id, "lease_token": f.lease_token, "dead": int(f.dead),
-            "delay_seconds": f.retry_delay_seconds, "error_type": f.error_type,
-            "message": f.message, "now": now,
-        })
+        rows = _all(
+            conn,
+            q["fail"],
+            {
+                "id": f.delivery_id,
+                "lease_token": f.lease_token,
+                "dead": int(f.dead),
+                "delay_seconds": f.retry_delay_seconds,
+                "error_type": f.error_type,
+                "message": f.message,
+                "now": now,
+            },
+        )
         if not rows:
             continue
         failed.add(f.delivery_id)
-        conn.execute(q["attempt_record"], {
-            "delivery_id": f.delivery_id, "attempt": rows[0]["attempts"],
-            "error_type": f.error_type, "message": f.message, "traceback": f.traceback,
-            "duration_seconds": f.duration_seconds, "worker_id": f.worker_id, "now": now,
-        })
+        conn.execute(
+            q["attempt_record"],
+            {
+                "delivery_id": f.delivery_id,
+                "attempt": rows[0]["attempts"],
+                "error_type": f.error_type,
+                "message": f.message,
+                "traceback": f.traceback,
+                "duration_seconds": f.duration_seconds,
+                "worker_id": f.worker_id,
+                "now": now,
+            },
+        )
     return failed
 
 
-def release(
-    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], lease_token: str
-) -> int:
-    cursor = conn.execute(q["release"], {
-        "ids": _ids_json(ids), "lease_token": lease_token, "now": now,
-    })
+def release(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], lease_token: str) -> int:
+    cursor = conn.execute(
+        q["release"],
+        {
+            "ids": _ids_json(ids),
+            "lease_token": lease_token,
+            "now": now,
+        },
+    )
     return cursor.rowcount
 
 
 def extend(
-    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], lease_token: str,
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    ids: Sequence[int],
+    lease_token: str,
     lease_seconds: float,
 ) -> set[DeliveryId]:
-    rows = _all(conn, q["extend"], {
-        "ids": _ids_json(ids), "lease_token": lease_token, "lease_seconds": lease_seconds,
-        "now": now,
-    })
+    rows = _all(
+        conn,
+        q["extend"],
+        {
+            "ids": _ids_json(ids),
+            "lease_token": lease_token,
+            "lease_seconds": lease_seconds,
+            "now": now,
+        },
+    )
     return {DeliveryId(int(r[0])) for r in rows}
 
 
 def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int) -> int:
     """Expired leases: the attempt counts; back to pending, or dead when out of attempts."""
     rows = _all(conn, q["recover_expired"], {"limit": limit, "now": now})
-    conn.executemany(q["recover_record"], [
-        {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"],
-         "now": now}
-        for r in rows
-    ])
+    conn.executemany(
+        q["recover_record"],
+        [
+            {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"], "now": now}
+            for r in rows
+        ],
+    )
     return len(rows)
 
 
 def worker_beat(
-    conn: sqlite3.Connection, q: Queries, now: float, params: dict[str, Any] | None,
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    params: dict[str, Any] | None,
     worker_id: str,
 ) -> None:
     if params is None:
@@ -327,12 +407,17 @@ def worker_beat(
 def filter_params(flt: DeadLetterFilter, since: float | None) -> dict[str, Any]:
     return {
         "ids": _ids_json(flt.ids) if flt.ids is not None else None,
-        "subscription": flt.subscription, "event_type": flt.event_type, "since": since,
+        "subscription": flt.subscription,
+        "event_type": flt.event_type,
+        "since": since,
     }
 
 
 def dead_batch(
-    conn: sqlite3.Connection, q: Queries, now: float, params: dict[str, Any],
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    params: dict[str, Any],
     replay: bool,
 ) -> tuple[int, int | None, set[str]]:
     """Replay or purge the next batch of matching dead rows.
