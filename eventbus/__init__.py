@@ -4,7 +4,6 @@ PostgreSQL is the source of truth in production; an embedded SQLite file is the
 zero-setup default.
 """
 
-from .backends.base import DeadLetterFilter, DeliveryDetail, PublishResult, StatusReport
 from .bus import Bus, Envelope
 from .context import Context
 from .errors import (
@@ -30,6 +29,7 @@ from .errors import (
 from .event import Event
 from .retry import RetryPolicy
 from .router import Router, Subscription
+from .types import DeadLetterFilter, DeliveryDetail, PublishResult, StatusReport
 from .worker import Worker
 
 __all__ = [

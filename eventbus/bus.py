@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from .backends.base import (
-    Backend,
-    DeadLetterFilter,
-    DeliveryDetail,
-    OutgoingEvent,
-    PublishResult,
-    StatusReport,
-    SubscriptionSpec,
-)
+from .backends import open_backend
+from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import ConfigurationError, PayloadTooLarge, UnknownEventType
 from .event import Event, decode_event, encode_event, event_type_of
 from .router import Router
+from .types import DeadLetterFilter, DeliveryDetail, DeliveryId, PublishResult, StatusReport
 
-if TYPE_CHECKING:
-    from .worker import Worker
-
-__all__ = ["DEFAULT_DSN", "Bus", "Envelope", "backend_from_dsn"]
+__all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
 DEFAULT_DSN = "sqlite:///eventbus.db"
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -39,22 +30,6 @@ class Envelope(msgspec.Struct, frozen=True):
     delay: float | timedelta | None = None
     headers: dict[str, str] | None = None
     ordering_key: str | None = None
-
-
-def backend_from_dsn(dsn: str, schema: str | None = None, **options: Any) -> Backend:
-    """Build the backend a DSN names: ``postgresql://…`` or ``sqlite:///path``."""
-    if dsn.startswith(("postgresql://", "postgres://")):
-        from .backends.postgres import PostgresBackend
-
-        return PostgresBackend(dsn, schema or "eventbus", **options)
-    if dsn.startswith("sqlite://"):
-        from .backends.sqlite import SQLiteBackend
-
-        backend: Backend = SQLiteBackend(dsn, **options)
-        return backend
-    raise ConfigurationError(
-        f"unsupported DSN {dsn.split(':', 1)[0]!r}: use postgresql://… or sqlite:///path"
-    )
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -87,7 +62,7 @@ class Bus(Router):
         super().__init__()
         self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
         self.max_payload_bytes = max_payload_bytes
-        self.backend: Backend = backend or backend_from_dsn(
+        self.backend: Backend = backend or open_backend(
             self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), **backend_options
         )
 
@@ -157,7 +132,7 @@ class Bus(Router):
         exists only if that transaction commits.
         """
         out = self.outgoing(event, key=key, delay=delay, headers=headers, ordering_key=ordering_key)
-        (result,) = await self.backend.publish([out], connection)
+        (result,) = await self._publish([out], connection)
         return result
 
     async def publish_many(
@@ -170,7 +145,19 @@ class Bus(Router):
             else self.outgoing(e)
             for e in events
         ]
-        return await self.backend.publish(batch, connection)
+        return await self._publish(batch, connection)
+
+    async def _publish(self, batch: list[OutgoingEvent], connection: Any) -> list[PublishResult]:
+        if connection is None:
+            return await self.backend.publish(batch)
+        publish_in = getattr(self.backend, "publish_in", None)
+        if publish_in is None:
+            raise ConfigurationError(
+                "publish(connection=...) joins a caller's PostgreSQL transaction; the "
+                f"{self.backend.kind} backend has no such connection: publish without it"
+            )
+        results: list[PublishResult] = await publish_in(connection, batch)
+        return results
 
     async def publish_raw(
         self, event_type: str, payload: bytes, *, key: str | None = None, delay: float = 0.0
@@ -213,12 +200,6 @@ class Bus(Router):
         """
         return await self.backend.register(self.specs(names))
 
-    def worker(self, **options: Any) -> Worker:
-        """Build a :class:`~eventbus.worker.Worker` for this bus's subscriptions."""
-        from .worker import Worker
-
-        return Worker(self, **options)
-
     # -- operations ----------------------------------------------------------
 
     async def status(self) -> StatusReport:
@@ -239,10 +220,51 @@ class Bus(Router):
         """One delivery with its payload, headers and every failed attempt."""
         return await self.backend.show(delivery_id)
 
-    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
-        """Move matching dead deliveries back to pending; return how many moved."""
-        return await self.backend.replay(flt, batch_size)
+    async def dead_id_batches(
+        self, flt: DeadLetterFilter, batch_size: int = 1000
+    ) -> AsyncIterator[list[DeliveryId]]:
+        """The ids of matching dead deliveries, in id order, one batch at a time.
 
-    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
+        Named ids alone are batched as given (the guarded statements skip rows
+        no longer dead); filters are walked by id, so a walk that changes rows
+        as it goes never sees one twice.
+        """
+        if flt.ids is not None and not (flt.subscription or flt.event_type or flt.since):
+            ids = sorted(set(flt.ids))
+            for start in range(0, len(ids), batch_size):
+                yield [DeliveryId(i) for i in ids[start : start + batch_size]]
+            return
+        after = 0
+        while batch := await self.backend.dead_ids(flt, batch_size, after):
+            yield batch
+            after = batch[-1]
+
+    async def replay(
+        self, flt: DeadLetterFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
+    ) -> int:
+        """Move matching dead deliveries back to pending; return how many moved."""
+        return await self._each_dead_batch(flt, batch_size, self.backend.replay_ids, progress)
+
+    async def purge(
+        self, flt: DeadLetterFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
+    ) -> int:
         """Delete matching dead deliveries and their history; return how many."""
-        return await self.backend.purge(flt, batch_size)
+        return await self._each_dead_batch(flt, batch_size, self.backend.purge_ids, progress)
+
+    async def _each_dead_batch(
+        self,
+        flt: DeadLetterFilter,
+        batch_size: int,
+        apply: Callable[[Sequence[int]], Awaitable[int]],
+        progress: Callable[[int], object] | None,
+    ) -> int:
+        total = 0
+        async for ids in self.dead_id_batches(flt, batch_size):
+            total += await apply(ids)
+            if progress is not None:
+                progress(total)
+        return total
+
+    async def cancel(self, ids: Sequence[int]) -> int:
+        """Cancel pending deliveries by id (guarded: others are left alone); return how many."""
+        return await self.backend.cancel_ids(list(ids))

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from .backends.base import ClaimedDelivery, DeliveryId, EventId, OutgoingEvent
+from .backends.base import ClaimedDelivery, OutgoingEvent
 from .event import Event
+from .types import DeliveryId, EventId
 
 __all__ = ["Context"]
 

@@ -31,13 +31,13 @@ async def main() -> None:
             while True:  # burst until the payment retries have run out too
                 await worker.run()
                 report = await bus.status()
-                if not any(r["status"] in ("pending", "processing") for r in report.rows):
+                if not any(r.status in ("pending", "processing") for r in report.rows):
                     break
                 await anyio.sleep(0.3)
                 worker = Worker(bus, burst=True)
         print(f"\n{'SUBSCRIPTION':<28} {'STATUS':<10} COUNT")
         for row in report.rows:
-            print(f"{row['subscription']:<28} {row['status']:<10} {row['count']}")
+            print(f"{row.subscription:<28} {row.status:<10} {row.count}")
         for dead in await bus.dead_letters():
             detail = await bus.delivery(dead.id)
             print(

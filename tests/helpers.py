@@ -33,4 +33,4 @@ async def drain(bus: Bus, **options: object) -> Worker:
 async def counts(bus: Bus) -> Counter[tuple[str, str]]:
     """(subscription, status) -> number of deliveries."""
     report = await bus.status()
-    return Counter({(r["subscription"], r["status"]): r["count"] for r in report.rows})
+    return Counter({(r.subscription, r.status): r.count for r in report.rows})

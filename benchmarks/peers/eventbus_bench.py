@@ -73,7 +73,7 @@ class EventbusAdapter:
 
     async def remaining(self) -> int:
         report = await self.bus.status()
-        return sum(r["count"] for r in report.rows if r["status"] != "completed")
+        return sum(r.count for r in report.rows if r.status != "completed")
 
 
 async def main() -> None:

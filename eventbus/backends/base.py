@@ -1,41 +1,50 @@
-"""The backend seam: the bus operations every storage backend provides.
+"""The backend seam: the ports every storage backend provides, split by who uses them.
 
-Bus and worker only see this module. Each backend keeps its own SQL and maps
-driver errors to :mod:`eventbus.errors`, so no asyncpg or sqlite3 exception
-reaches a caller.
+- :class:`DeliveryStore` is the hot path: publish, claim, results, leases.
+- :class:`Wakeups` tells a waiting worker that work may have arrived.
+- :class:`Inspector` is read-only, for the CLI and a dashboard.
+- :class:`Operator` applies guarded admin writes to named ids.
+- :class:`SchemaStore` opens, closes and migrates the schema.
+
+The worker is typed against ``DeliveryStore`` and ``Wakeups``; the CLI against
+``Inspector`` and ``Operator``. Each backend keeps its own SQL and maps driver
+errors to :mod:`eventbus.errors`, so no asyncpg or sqlite3 exception reaches a
+caller. The docstrings below are the contract the contract suite tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, NewType, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import orjson
 
+from ..types import (
+    DeadLetterFilter,
+    DeliveryDetail,
+    DeliveryId,
+    EventId,
+    PublishResult,
+    StartFrom,
+    StatusReport,
+)
+
 __all__ = [
-    "AttemptRecord",
     "Backend",
     "ClaimedDelivery",
     "Completion",
-    "DeadLetterFilter",
-    "DeliveryDetail",
-    "DeliveryId",
-    "DeliveryStatus",
-    "EventId",
+    "DeliveryStore",
     "Failure",
+    "Inspector",
+    "Operator",
     "OutgoingEvent",
-    "PublishResult",
-    "StatusReport",
+    "SchemaStore",
     "SubscriptionSpec",
+    "Wakeups",
     "decode_headers",
 ]
-
-EventId = NewType("EventId", int)
-DeliveryId = NewType("DeliveryId", int)
-DeliveryStatus = Literal["pending", "processing", "completed", "dead", "cancelled"]
-StartFrom = Literal["earliest", "latest"]
 
 
 class OutgoingEvent(msgspec.Struct, frozen=True):
@@ -49,13 +58,6 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     correlation_id: int | None = None
     causation_id: int | None = None
     ordering_key: str | None = None
-
-
-class PublishResult(msgspec.Struct, frozen=True):
-    """The id of a published event and whether an earlier publish had the same key."""
-
-    event_id: EventId
-    duplicate: bool
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):
@@ -108,59 +110,6 @@ class Failure(msgspec.Struct, frozen=True):
     traceback: str
     duration_seconds: float
     worker_id: str
-    counts_attempt: bool = True
-
-
-class AttemptRecord(msgspec.Struct, frozen=True):
-    """One failed attempt, from the append-only history."""
-
-    attempt: int
-    error_type: str
-    message: str
-    traceback: str
-    duration_seconds: float
-    worker_id: str | None
-    failed_at: datetime
-
-
-class DeliveryDetail(msgspec.Struct, frozen=True):
-    """A delivery with its event and its failure history."""
-
-    id: DeliveryId
-    event_id: EventId
-    subscription: str
-    event_type: str
-    status: DeliveryStatus
-    attempts: int
-    key: str | None
-    payload: bytes
-    headers: dict[str, str]
-    correlation_id: int | None
-    causation_id: int | None
-    last_error: str | None
-    replays: int
-    run_at: datetime
-    updated_at: datetime
-    created_at: datetime
-    history: Sequence[AttemptRecord] = ()
-
-
-class DeadLetterFilter(msgspec.Struct, frozen=True):
-    """Which dead deliveries a dead-letter operation applies to."""
-
-    ids: Sequence[int] | None = None
-    subscription: str | None = None
-    event_type: str | None = None
-    since: datetime | None = None
-
-
-class StatusReport(msgspec.Struct, frozen=True):
-    """Counts by event type, subscription and status, and the oldest pending age."""
-
-    rows: Sequence[dict[str, Any]]
-    oldest_pending_seconds: float | None
-    events: int
-    workers: Sequence[dict[str, Any]] = ()
 
 
 def decode_headers(text: str | None) -> dict[str, str]:
@@ -171,21 +120,26 @@ def decode_headers(text: str | None) -> dict[str, str]:
     return value if isinstance(value, dict) else {}
 
 
-class Backend(Protocol):
-    """The operations a storage backend provides to the bus and the worker."""
+class DeliveryStore(Protocol):
+    """The hot path: what publishers and workers call for every event."""
 
-    kind: str
-    notify_channel: str
+    async def publish(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        """Append ``events`` and fan each out to every subscription of its type, atomically.
 
-    async def open(self) -> None: ...
-    async def aclose(self) -> None: ...
-    async def migrate(self) -> list[str]: ...
+        Results are in input order. An event whose (type, key) is already in
+        the log inserts nothing and returns the earlier id with
+        ``duplicate=True``; so does a key repeated inside the batch. Workers
+        waiting on the event types are woken after the commit.
+        """
+        ...
 
-    async def publish(
-        self, events: Sequence[OutgoingEvent], connection: Any = None
-    ) -> list[PublishResult]: ...
+    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
+        """Record subscriptions (create or update) and return their ids by name.
 
-    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]: ...
+        A subscription seen for the first time with ``start_from="earliest"``
+        gets one delivery for every event of its type already in the log.
+        """
+        ...
 
     async def claim(
         self,
@@ -195,27 +149,131 @@ class Backend(Protocol):
         worker_id: str,
         ordered: bool = False,
         after: Any = None,
-    ) -> list[ClaimedDelivery]: ...
+    ) -> list[ClaimedDelivery]:
+        """Move up to ``limit`` runnable pending deliveries to processing under one new lease token.
 
-    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]: ...
-    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]: ...
-    async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int: ...
+        Each claim counts an attempt. No delivery is held by two claims whose
+        leases are both live. ``after`` is a claim cursor (a previous
+        delivery's ``position``): rows before it are not looked at.
+        """
+        ...
+
+    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
+        """Mark deliveries completed and insert their follow-ups, in one transaction.
+
+        Only a completion whose lease token still holds is applied; the ids
+        applied are returned, and a refused one changes nothing.
+        """
+        ...
+
+    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]:
+        """Record failed attempts: back to pending at the retry time, or dead.
+
+        Fenced by lease token like :meth:`complete`; returns the ids applied.
+        """
+        ...
+
+    async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
+        """Hand claimed deliveries back to pending without counting the attempt."""
+        ...
+
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
-    ) -> set[DeliveryId]: ...
-    async def recover_expired(self, limit: int = 1000) -> int: ...
-    async def next_run_in(self, subscription_id: int) -> float | None: ...
+    ) -> set[DeliveryId]:
+        """Renew leases still held under ``lease_token``; return the ids renewed."""
+        ...
 
-    async def run_listener(self) -> None: ...
-    async def wait_for_events(self, timeout: float) -> set[str]: ...
-    def wake_local(self, event_types: set[str]) -> None: ...
-    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None: ...
+    async def recover_expired(self, limit: int = 1000) -> int:
+        """Return deliveries whose lease ran out to pending (or dead when out of attempts)."""
+        ...
 
-    async def status(self) -> StatusReport: ...
+    async def next_run_in(self, subscription_id: int) -> float | None:
+        """Seconds until the subscription's earliest pending delivery is runnable, or None."""
+        ...
+
+    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
+        """Record that a worker is alive (or, with ``gone``, that it stopped)."""
+        ...
+
+
+class Wakeups(Protocol):
+    """How a waiting worker learns that work may have arrived."""
+
+    async def run_listener(self) -> None:
+        """Receive wake-ups from other processes until cancelled (a no-op loop where none exist)."""
+        ...
+
+    async def wait_for_events(self, timeout: float) -> set[str]:
+        """Event types woken since the last call, or an empty set after ``timeout``.
+
+        A wake-up is a hint, never a promise: the caller claims to find out.
+        ``SWEEP`` in the set means every subscription.
+        """
+        ...
+
+    def wake_local(self, event_types: set[str]) -> None:
+        """Wake this process's waiting worker for ``event_types``."""
+        ...
+
+
+class Inspector(Protocol):
+    """Read-only views for the CLI and a dashboard."""
+
+    async def status(self) -> StatusReport:
+        """Delivery counts by subscription and status, the oldest runnable age, workers."""
+        ...
+
     async def list_dead(
         self, flt: DeadLetterFilter, limit: int = 100, after_id: int = 0
-    ) -> list[DeliveryDetail]: ...
-    async def show(self, delivery_id: int) -> DeliveryDetail: ...
-    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int: ...
-    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int: ...
-    async def cancel(self, ids: Sequence[int]) -> int: ...
+    ) -> list[DeliveryDetail]:
+        """Dead deliveries matching ``flt`` with id above ``after_id``, in id order."""
+        ...
+
+    async def dead_ids(self, flt: DeadLetterFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+        """As :meth:`list_dead`, ids only: the walk behind bulk replay and purge."""
+        ...
+
+    async def show(self, delivery_id: int) -> DeliveryDetail:
+        """One delivery with its event and failure history; :class:`NotFound` if absent."""
+        ...
+
+
+class Operator(Protocol):
+    """Guarded admin writes by id: each touches only rows still in the expected state."""
+
+    async def replay_ids(self, ids: Sequence[int]) -> int:
+        """Dead -> pending with attempts reset and the replay counted; returns how many moved."""
+        ...
+
+    async def purge_ids(self, ids: Sequence[int]) -> int:
+        """Delete dead deliveries and their attempt history; returns how many."""
+        ...
+
+    async def cancel_ids(self, ids: Sequence[int]) -> int:
+        """Pending -> cancelled; returns how many moved."""
+        ...
+
+
+class SchemaStore(Protocol):
+    """The connection and the schema."""
+
+    async def open(self) -> None:
+        """Connect; checks the schema is migrated unless the backend migrates on open."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release every connection; safe to call twice."""
+        ...
+
+    async def migrate(self) -> list[str]:
+        """Apply pending migration files under a lock; return the names applied."""
+        ...
+
+
+class Backend(DeliveryStore, Wakeups, Inspector, Operator, SchemaStore, Protocol):
+    """Everything one storage backend provides."""
+
+    @property
+    def kind(self) -> Literal["postgres", "sqlite"]:
+        """Which backend this is."""
+        ...

@@ -15,8 +15,8 @@ import click
 import msgspec
 import orjson
 
-from ..backends.base import StatusReport
 from ..errors import ConfigurationError
+from ..types import StatusReport
 from ..worker import Worker
 from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
@@ -166,12 +166,12 @@ def status(obj: Obj, as_json: bool) -> None:
     click.echo(f"oldest runnable pending: {'-' if oldest is None else f'{oldest:.1f}s'}")
     click.echo(f"{'EVENT TYPE':<28} {'SUBSCRIPTION':<28} {'STATUS':<11} {'COUNT':>8}")
     for r in report.rows:
-        click.echo(f"{r['event_type']:<28} {r['subscription']:<28} {r['status']:<11} {r['count']:>8}")
+        click.echo(f"{r.event_type:<28} {r.subscription:<28} {r.status:<11} {r.count:>8}")
     for w in report.workers:
-        listener = "ok" if w["listener_ok"] else "DOWN"
+        listener = "ok" if w.listener_ok else "DOWN"
         click.echo(
-            f"worker {w['id']} {w['hostname']}:{w['pid']} listener {listener} "
-            f"reconnects {w['listener_reconnects']} silent {w['silent_seconds']:.0f}s"
+            f"worker {w.id} {w.hostname}:{w.pid} listener {listener} "
+            f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s"
         )
 
 

@@ -10,8 +10,8 @@ from typing import Any
 import click
 import msgspec
 
-from ..backends.base import DeadLetterFilter, DeliveryDetail
 from ..bus import Bus
+from ..types import DeadLetterFilter, DeliveryDetail
 from ._common import Obj, enc_hook, run
 
 __all__ = ["dlq"]
@@ -75,7 +75,9 @@ def list_(
 
     async def go() -> list[DeliveryDetail]:
         async with obj.bus() as bus:
-            return await bus.backend.list_dead(flt, limit)
+            return await bus.dead_letters(
+                subscription=flt.subscription, event_type=flt.event_type, since=flt.since, limit=limit
+            )
 
     rows = run(go)
     if as_json:
@@ -134,20 +136,15 @@ def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
             click.echo(a.traceback.rstrip())
 
 
-async def _in_batches(
-    bus: Bus, flt: DeadLetterFilter, batch_size: int, apply: Callable[[DeadLetterFilter], Any], dry_run: bool
-) -> int:
-    """Walk matching dead rows by id, one short transaction per batch, with progress."""
-    total, after = 0, 0
-    while True:
-        batch = await bus.backend.list_dead(flt, limit=batch_size, after_id=after)
-        if not batch:
-            click.echo("", err=True)
-            return total
-        after = batch[-1].id
-        ids = [d.id for d in batch]
-        total += len(ids) if dry_run else await apply(DeadLetterFilter(ids=ids))
-        click.echo(f"\r{total} deliveries", nl=False, err=True)
+async def _count_matching(bus: Bus, flt: DeadLetterFilter, batch_size: int) -> int:
+    total = 0
+    async for ids in bus.dead_id_batches(flt, batch_size):
+        total += len(ids)
+    return total
+
+
+def _progress(total: int) -> None:
+    click.echo(f"\r{total} deliveries", nl=False, err=True)
 
 
 def _bulk(action: str) -> Callable[..., None]:
@@ -175,8 +172,12 @@ def _bulk(action: str) -> Callable[..., None]:
 
         async def go() -> int:
             async with obj.bus() as bus:
+                if dry_run:
+                    return await _count_matching(bus, flt, batch_size)
                 apply = bus.replay if action == "replay" else bus.purge
-                return await _in_batches(bus, flt, batch_size, apply, dry_run)
+                count = await apply(flt, batch_size, _progress)
+                click.echo("", err=True)
+                return count
 
         count = run(go)
         verb = {"replay": "replayed", "purge": "purged"}[action]

@@ -25,11 +25,12 @@ import anyio
 import anyio.lowlevel
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import ClaimedDelivery, Completion, DeliveryId, Failure
+from ..backends.base import ClaimedDelivery, Completion, Failure
 from ..context import Context
 from ..errors import BackendError, DeadLetter, DecodeError, HandlerTimeout, Retry
 from ..event import Event, decode_event
 from ..router import Subscription
+from ..types import DeliveryId
 from ._results import ResultWriter
 
 if TYPE_CHECKING:

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import anyio
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import Backend, Completion, DeliveryId, Failure
+from ..backends.base import Backend, Completion, Failure
 from ..errors import BackendError
+from ..types import DeliveryId
 
 __all__ = ["ResultWriter"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from eventbus import Context, DeadLetter, Envelope, Retry, RetryPolicy
+from eventbus import Context, DeadLetter, Envelope, Retry, RetryPolicy, Worker
 from eventbus.backends.base import Completion
 
 from ..helpers import FAST, OrderPlaced, PaymentRequested, Shipped, counts, drain
@@ -274,7 +274,7 @@ async def test_ordered_key_never_runs_twice_at_once_across_workers(bus) -> None:
 
 async def test_stop_under_load_writes_every_finished_result(bus) -> None:
     handled: list[int] = []
-    worker = bus.worker(concurrency=100, batch_size=100)
+    worker = Worker(bus, concurrency=100, batch_size=100)
 
     @bus.subscribe(OrderPlaced, name="busy")
     async def busy(event: OrderPlaced, ctx: Context) -> None:

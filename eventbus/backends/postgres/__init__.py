@@ -8,7 +8,7 @@ import os
 import socket
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 import asyncpg
@@ -23,20 +23,24 @@ from ...errors import (
     RegistrationError,
     SchemaNotMigrated,
 )
-from .. import _migrations as migrations
-from .._sql import load_queries, quote_schema, validate_schema
-from ..base import (
+from ...types import (
     AttemptRecord,
-    ClaimedDelivery,
-    Completion,
     DeadLetterFilter,
     DeliveryDetail,
     DeliveryId,
     EventId,
-    Failure,
-    OutgoingEvent,
     PublishResult,
     StatusReport,
+    StatusRow,
+    WorkerRow,
+)
+from .. import _migrations as migrations
+from .._sql import load_queries, quote_schema, validate_schema
+from ..base import (
+    ClaimedDelivery,
+    Completion,
+    Failure,
+    OutgoingEvent,
     SubscriptionSpec,
     decode_headers,
 )
@@ -124,7 +128,7 @@ def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> Deliv
 class PostgresBackend:
     """Stores the bus in one PostgreSQL schema."""
 
-    kind = "postgres"
+    kind: Literal["postgres"] = "postgres"
 
     def __init__(
         self,
@@ -198,14 +202,18 @@ class PostgresBackend:
 
     # -- publish ---------------------------------------------------------
 
-    async def publish(self, events: Sequence[OutgoingEvent], connection: Any = None) -> list[PublishResult]:
+    async def publish(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         if not events:
             return []
-        if connection is not None:
-            with translate_errors():
-                return await self._publish_on(connection, events)
         async with self._conn() as conn:
             return await self._publish_on(conn, events)
+
+    async def publish_in(self, connection: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        """Publish on the caller's asyncpg connection: the events exist only if its transaction commits."""
+        if not events:
+            return []
+        with translate_errors():
+            return await self._publish_on(connection, events)
 
     async def _publish_on(
         self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
@@ -411,10 +419,10 @@ class PostgresBackend:
             events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
         return StatusReport(
-            rows=[dict(r) for r in rows],
+            rows=[StatusRow(**dict(r)) for r in rows],
             oldest_pending_seconds=oldest,
             events=events,
-            workers=[dict(w) for w in workers],
+            workers=[WorkerRow(**dict(w)) for w in workers],
         )
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
@@ -441,45 +449,27 @@ class PostgresBackend:
             )
         return [_detail(r) for r in rows]
 
-    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
-        return await self._each_dead_batch(flt, batch_size, self._replay_batch)
+    async def dead_ids(self, flt: DeadLetterFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+        ids = list(flt.ids) if flt.ids is not None else None
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                self.q["dead_ids"], ids, flt.subscription, flt.event_type, flt.since, after_id, limit
+            )
+        return [DeliveryId(r["id"]) for r in rows]
 
-    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
-        return await self._each_dead_batch(flt, batch_size, self._purge_batch)
-
-    async def _each_dead_batch(self, flt: DeadLetterFilter, batch_size: int, apply: Any) -> int:
-        """Walk the matching dead rows by id, one short transaction per batch.
-
-        Named ids go straight to the guarded statement (it only touches rows
-        still dead); filters are walked in id order.
-        """
-        total = 0
-        if flt.ids is not None and not (flt.subscription or flt.event_type or flt.since):
-            ids = sorted(set(flt.ids))
-            for start in range(0, len(ids), batch_size):
-                total += await apply(ids[start : start + batch_size])
-            return total
-        after = 0
-        while True:
-            batch = await self.list_dead(flt, limit=batch_size, after_id=after)
-            if not batch:
-                return total
-            total += await apply([d.id for d in batch])
-            after = batch[-1].id
-
-    async def _replay_batch(self, ids: list[int]) -> int:
+    async def replay_ids(self, ids: Sequence[int]) -> int:
         async with self._tx() as conn:
-            rows = await conn.fetch(self.q["replay"], ids)
-            subs = sorted({r[0] for r in rows})
+            rows = await conn.fetch(self.q["replay"], list(ids))
+            subs = sorted({r["subscription_id"] for r in rows})
             if subs:
                 await conn.execute(self.q["notify_subscriptions"], self.notify_channel, subs)
         return len(rows)
 
-    async def _purge_batch(self, ids: list[int]) -> int:
+    async def purge_ids(self, ids: Sequence[int]) -> int:
         async with self._conn() as conn:
-            return int(await conn.fetchval(self.q["purge"], ids))
+            return int(await conn.fetchval(self.q["purge"], list(ids)))
 
-    async def cancel(self, ids: Sequence[int]) -> int:
+    async def cancel_ids(self, ids: Sequence[int]) -> int:
         async with self._conn() as conn:
             rows = await conn.fetch(self.q["cancel"], list(ids))
         return len(rows)

@@ -280,6 +280,21 @@ WHERE d.status = 'dead'
 ORDER BY d.id
 LIMIT $6;
 
+-- name: dead_ids
+-- As list_dead, ids only: the next batch of a bulk replay or purge.
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND ($1::bigint[] IS NULL OR d.id = ANY($1))
+  AND ($2::text IS NULL OR s.name = $2)
+  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($4::timestamptz IS NULL OR d.updated_at >= $4)
+  AND d.id > $5
+ORDER BY d.id
+LIMIT $6;
+
 -- name: replay
 -- Guarded dead -> pending, attempts reset, replay count and time kept.
 UPDATE {schema}.deliveries d

@@ -26,7 +26,7 @@ import socket
 import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 
@@ -36,21 +36,19 @@ from ...errors import (
     ConfigurationError,
     NotFound,
 )
-from .. import _migrations as migrations
-from .._sql import load_queries
-from .._wakeup import SWEEP, Waker
-from ..base import (
-    ClaimedDelivery,
-    Completion,
+from ...types import (
     DeadLetterFilter,
     DeliveryDetail,
     DeliveryId,
-    Failure,
-    OutgoingEvent,
     PublishResult,
     StatusReport,
-    SubscriptionSpec,
+    StatusRow,
+    WorkerRow,
 )
+from .. import _migrations as migrations
+from .._sql import load_queries
+from .._wakeup import SWEEP, Waker
+from ..base import ClaimedDelivery, Completion, Failure, OutgoingEvent, SubscriptionSpec
 from . import _link as sqlconn
 from . import _units as sync
 
@@ -97,7 +95,7 @@ class SQLiteBackend:
     An option given both in the DSN and as a keyword argument must agree.
     """
 
-    kind = "sqlite"
+    kind: Literal["sqlite"] = "sqlite"
 
     def __init__(
         self,
@@ -116,7 +114,6 @@ class SQLiteBackend:
             raise ConfigurationError("busy_timeout_ms cannot be negative")
         self.dsn = dsn
         self.path = parsed.path
-        self.notify_channel = f"sqlite:{self.path}"
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
         self.poll_interval_seconds = poll_interval_seconds
@@ -269,12 +266,7 @@ class SQLiteBackend:
 
     # -- publish ---------------------------------------------------------
 
-    async def publish(self, events: Sequence[OutgoingEvent], connection: Any = None) -> list[PublishResult]:
-        if connection is not None:
-            raise ConfigurationError(
-                "publish(connection=...) joins a caller's PostgreSQL transaction; the SQLite "
-                "backend has no such connection: publish without it"
-            )
+    async def publish(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         if not events:
             return []
         results, types = await self._write(sync.publish, events)
@@ -397,13 +389,15 @@ class SQLiteBackend:
         q = self.q
 
         def body(c: sqlite3.Connection) -> StatusReport:
-            workers = [dict(w) for w in c.execute(q["status_workers"]).fetchall()]
-            for w in workers:
+            workers = []
+            for row in c.execute(q["status_workers"]).fetchall():
+                w = dict(row)
                 w["started_at"] = sync.to_time(w["started_at"])
                 w["heartbeat_at"] = sync.to_time(w["heartbeat_at"])
                 w["listener_ok"] = bool(w["listener_ok"])
+                workers.append(WorkerRow(**w))
             return StatusReport(
-                rows=[dict(r) for r in c.execute(q["status"]).fetchall()],
+                rows=[StatusRow(**dict(r)) for r in c.execute(q["status"]).fetchall()],
                 oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
                 events=c.execute(q["status_events"]).fetchone()[0],
                 workers=workers,
@@ -424,26 +418,24 @@ class SQLiteBackend:
         params = {**sync.filter_params(flt, sync.to_epoch(flt.since)), "after_id": after_id, "limit": limit}
         return [sync.detail_of(r) for r in await self._fetch("list_dead", params)]
 
-    async def replay(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
-        return await self._each_dead_batch(flt, batch_size, replay=True)
+    async def dead_ids(self, flt: DeadLetterFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+        params = {**sync.filter_params(flt, sync.to_epoch(flt.since)), "after_id": after_id, "limit": limit}
+        return [DeliveryId(int(r[0])) for r in await self._fetch("dead_ids", params)]
 
-    async def purge(self, flt: DeadLetterFilter, batch_size: int = 1000) -> int:
-        return await self._each_dead_batch(flt, batch_size, replay=False)
+    async def replay_ids(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        moved, types = await self._write(sync.replay, ids)
+        if types:
+            self.wake_local(types)
+        return moved
 
-    async def _each_dead_batch(self, flt: DeadLetterFilter, batch_size: int, *, replay: bool) -> int:
-        """Walk the matching dead rows by id, one short transaction per batch."""
-        total, after = 0, 0
-        base = {**sync.filter_params(flt, sync.to_epoch(flt.since)), "limit": batch_size}
-        while True:
-            params = {**base, "after_id": after}
-            moved, last, types = await self._write(sync.dead_batch, params, replay)
-            if types:
-                self.wake_local(types)
-            if last is None:
-                return total
-            total, after = total + moved, last
+    async def purge_ids(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        return await self._write(sync.purge, ids)
 
-    async def cancel(self, ids: Sequence[int]) -> int:
+    async def cancel_ids(self, ids: Sequence[int]) -> int:
         if not ids:
             return 0
         return await self._write(sync.cancel, ids)

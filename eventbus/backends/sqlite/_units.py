@@ -17,21 +17,9 @@ from typing import Any
 import orjson
 
 from ...errors import PublishError, RegistrationError
+from ...types import AttemptRecord, DeadLetterFilter, DeliveryDetail, DeliveryId, EventId, PublishResult
 from .. import _migrations as migrations
-from ..base import (
-    AttemptRecord,
-    ClaimedDelivery,
-    Completion,
-    DeadLetterFilter,
-    DeliveryDetail,
-    DeliveryId,
-    EventId,
-    Failure,
-    OutgoingEvent,
-    PublishResult,
-    SubscriptionSpec,
-    decode_headers,
-)
+from ..base import ClaimedDelivery, Completion, Failure, OutgoingEvent, SubscriptionSpec, decode_headers
 from ._link import Queries
 
 Row = sqlite3.Row
@@ -413,29 +401,18 @@ def filter_params(flt: DeadLetterFilter, since: float | None) -> dict[str, Any]:
     }
 
 
-def dead_batch(
-    conn: sqlite3.Connection,
-    q: Queries,
-    now: float,
-    params: dict[str, Any],
-    replay: bool,
-) -> tuple[int, int | None, set[str]]:
-    """Replay or purge the next batch of matching dead rows.
+def replay(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> tuple[int, set[str]]:
+    """Dead -> pending for ``ids``; how many moved and the event types to wake."""
+    rows = _all(conn, q["replay"], {"ids": _ids_json(ids), "now": now})
+    return len(rows), event_types_of(conn, q, {int(r[0]) for r in rows})
 
-    Returns how many moved, the last id seen (None when no row matched) and,
-    for a replay, the event types to wake.
-    """
-    ids = [int(r[0]) for r in _all(conn, q["dead_ids"], params)]
-    if not ids:
-        return 0, None, set()
-    batch = {"ids": _ids_json(ids), "now": now}
-    if replay:
-        rows = _all(conn, q["replay"], batch)
-        return len(rows), ids[-1], event_types_of(conn, q, {int(r[0]) for r in rows})
-    gone = [int(r[0]) for r in _all(conn, q["purge"], batch)]
+
+def purge(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> int:
+    """Delete the dead deliveries among ``ids`` and their attempt history."""
+    gone = [int(r[0]) for r in _all(conn, q["purge"], {"ids": _ids_json(ids), "now": now})]
     if gone:
         conn.execute(q["purge_history"], {"ids": _ids_json(gone)})
-    return len(gone), ids[-1], set()
+    return len(gone)
 
 
 def event_types_of(conn: sqlite3.Connection, q: Queries, subscription_ids: set[int]) -> set[str]:
