@@ -48,6 +48,9 @@ class Bus(Router):
         embedded backend. Defaults to ``$EVENTBUS_DSN``, then ``./eventbus.db``.
     :param schema: PostgreSQL schema of the tables (``$EVENTBUS_SCHEMA``, then ``eventbus``).
     :param max_payload_bytes: publishes above this encoded size raise :class:`PayloadTooLarge`.
+    :param migrate: apply pending migrations when the bus opens. By default a
+        bus on a missing or out-of-date schema raises :class:`SchemaNotMigrated`
+        and changes nothing; run ``eventbus migrate`` or :meth:`migrate` first.
     """
 
     def __init__(
@@ -57,13 +60,14 @@ class Bus(Router):
         schema: str | None = None,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         backend: Backend | None = None,
+        migrate: bool = False,
         **backend_options: Any,
     ) -> None:
         super().__init__()
         self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
         self.max_payload_bytes = max_payload_bytes
         self.backend: Backend = backend or open_backend(
-            self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), **backend_options
+            self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), migrate=migrate, **backend_options
         )
 
     async def __aenter__(self) -> Bus:

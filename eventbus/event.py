@@ -15,7 +15,7 @@ never change, and a new meaning gets a new ``event_type``.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -23,9 +23,18 @@ from .errors import ConfigurationError, DecodeError, EncodeError
 
 __all__ = ["Event", "EventT", "decode_event", "encode_event", "event_type_of"]
 
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+
+    def dataclass_transform(**_options: object) -> Any:
+        return lambda cls: cls
+
+
 _EVENT_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}$")
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(msgspec.field,))
 class _EventMeta(msgspec.StructMeta):
     """Struct metaclass that accepts the ``event_type`` class keyword."""
 

@@ -14,9 +14,9 @@ from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
 
-from ..errors import MigrationChecksumMismatch, MigrationError
+from ..errors import MigrationChecksumMismatch, MigrationError, SchemaNotMigrated
 
-__all__ = ["Migration", "check_applied", "discover", "pending"]
+__all__ = ["Migration", "check_applied", "discover", "not_migrated", "pending"]
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9]+(?:_[a-z0-9]+)+)\.sql$")
 
@@ -78,3 +78,9 @@ def pending(migrations: list[Migration], applied: dict[int, str]) -> list[Migrat
     """Check the applied files, then return those still to run."""
     check_applied(migrations, applied)
     return [m for m in migrations if m.version not in applied]
+
+
+def not_migrated(where: str, todo: list[Migration]) -> SchemaNotMigrated:
+    """The error for a bus opened on a schema that is missing or behind this release."""
+    what = f"{len(todo)} migration(s) pending ({todo[0].name}…)" if todo else "no eventbus schema"
+    return SchemaNotMigrated(f"{where}: {what}; run `eventbus migrate` (or open the bus with migrate=True)")

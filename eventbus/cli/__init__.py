@@ -43,8 +43,11 @@ def migrate(obj: Obj) -> None:
     """Apply pending migrations."""
 
     async def go() -> list[str]:
-        async with obj.bus() as bus:
+        bus = obj.bus()
+        try:
             return await bus.migrate()
+        finally:
+            await bus.aclose()
 
     applied = run(go)
     click.echo("applied: " + ", ".join(applied) if applied else "up to date")

@@ -27,7 +27,7 @@ from ._common import Obj, run
 __all__ = ["BenchEvent", "bench", "drain_throughput", "scratch_bus"]
 
 
-class BenchEvent(Event, event_type="bench.tick"):  # type: ignore[misc]
+class BenchEvent(Event, event_type="bench.tick"):
     n: int
     body: str = ""
 

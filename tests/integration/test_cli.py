@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +28,8 @@ def eventbus(target: Target, *args: str, check: bool = True) -> subprocess.Compl
 
 
 def test_publish_work_inspect_replay(target: Target) -> None:
-    first = eventbus(target, "migrate").stdout  # SQLite also migrates when first opened
-    assert "0001_create_events.sql" in first or first.strip() == "up to date"
+    first = eventbus(target, "migrate").stdout
+    assert first.startswith("applied: 0001_create_events.sql"), first
     assert eventbus(target, "migrate").stdout.strip() == "up to date"
     eventbus(target, "worker", APP, "--burst")  # registers the subscriptions
     out = eventbus(target, "publish", "cli.order", '{"order_id": "ok"}', "--key", "k1").stdout
@@ -67,3 +68,13 @@ def test_user_mistakes_print_one_clear_line(target: Target, args: tuple[str, ...
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_read_only_commands_do_not_create_a_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "typo.db"
+    target = Target("sqlite", f"sqlite:///{path}", None)
+    for args in (("status",), ("dlq", "list")):
+        result = eventbus(target, *args, check=False)
+        assert result.returncode != 0
+        assert result.stderr.strip().count("\n") == 0 and f"no eventbus database at {path}" in result.stderr
+    assert not path.exists()

@@ -67,7 +67,7 @@ def test_dsn_options_and_keyword_arguments_must_agree(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("synchronous, level", [("FULL", 2), ("NORMAL", 1), ("EXTRA", 3)])
 async def test_dsn_options_reach_the_connections(tmp_path: Path, synchronous: str, level: int) -> None:
-    bus = Bus(f"sqlite:///{tmp_path / 'a.db'}?synchronous={synchronous}&busy_timeout_ms=1234")
+    bus = Bus(f"sqlite:///{tmp_path / 'a.db'}?synchronous={synchronous}&busy_timeout_ms=1234", migrate=True)
     async with bus:
         backend = bus.backend
         assert isinstance(backend, SQLiteBackend)

@@ -138,8 +138,11 @@ class PostgresBackend:
         min_pool_size: int = 1,
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
+        migrate: bool = False,
     ) -> None:
         self.dsn = dsn
+        self.auto_migrate = migrate
+        self._ready = False
         self.schema = validate_schema(schema)
         self.notify_channel = f"eventbus_{self.schema}"
         self.q = load_queries("postgres", self.schema)
@@ -151,6 +154,25 @@ class PostgresBackend:
     # -- lifecycle -------------------------------------------------------
 
     async def open(self) -> None:
+        """Connect; refuse a schema that is missing or behind, unless ``migrate`` was asked for."""
+        if self._ready:
+            return
+        if self.auto_migrate:
+            await self.migrate()
+            return
+        async with self._pool_conn() as conn:
+            try:
+                rows = await conn.fetch(self.q["migrations_applied"])
+            except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError):
+                raise migrations.not_migrated(f"PostgreSQL schema {self.schema!r}", []) from None
+        todo = migrations.pending(
+            migrations.discover("postgres"), {r["version"]: r["checksum"] for r in rows}
+        )
+        if todo:
+            raise migrations.not_migrated(f"PostgreSQL schema {self.schema!r}", todo)
+        self._ready = True
+
+    async def _ensure_pool(self) -> asyncpg.Pool:
         if self._pool is None:
             with translate_errors():
                 self._pool = await asyncpg.create_pool(
@@ -160,9 +182,19 @@ class PostgresBackend:
                     command_timeout=self._command_timeout,
                     reset=_keep_session,
                 )
+        return self._pool
+
+    @contextlib.asynccontextmanager
+    async def _pool_conn(self) -> AsyncIterator[Any]:
+        """A pooled connection, without the schema check of :meth:`open`."""
+        pool = await self._ensure_pool()
+        with translate_errors():
+            async with pool.acquire() as conn:
+                yield conn
 
     async def aclose(self) -> None:
         pool, self._pool = self._pool, None
+        self._ready = False
         if pool is not None:
             with anyio.move_on_after(10):
                 await pool.close()
@@ -171,10 +203,8 @@ class PostgresBackend:
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[Any]:
         await self.open()
-        assert self._pool is not None
-        with translate_errors():
-            async with self._pool.acquire() as conn:
-                yield conn
+        async with self._pool_conn() as conn:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def _tx(self) -> AsyncIterator[Any]:
@@ -184,7 +214,7 @@ class PostgresBackend:
     async def migrate(self) -> list[str]:
         """Apply pending migrations under an advisory lock; return the names applied."""
         applied_now: list[str] = []
-        async with self._conn() as conn:
+        async with self._pool_conn() as conn:
             await conn.execute("SELECT pg_advisory_lock(hashtext($1))", self.notify_channel)
             try:
                 await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_schema(self.schema)}")
@@ -198,6 +228,7 @@ class PostgresBackend:
                     applied_now.append(m.name)
             finally:
                 await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", self.notify_channel)
+        self._ready = True
         return applied_now
 
     # -- publish ---------------------------------------------------------

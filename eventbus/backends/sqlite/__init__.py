@@ -104,6 +104,7 @@ class SQLiteBackend:
         synchronous: str | None = None,
         busy_timeout_ms: int | None = None,
         poll_interval_seconds: float = 0.05,
+        migrate: bool = False,
     ) -> None:
         parsed = sqlconn.parse_dsn(dsn)
         synchronous = _agree("synchronous", synchronous and synchronous.upper(), parsed.synchronous, "FULL")
@@ -113,6 +114,7 @@ class SQLiteBackend:
         if busy_timeout_ms < 0:
             raise ConfigurationError("busy_timeout_ms cannot be negative")
         self.dsn = dsn
+        self.auto_migrate = migrate
         self.path = parsed.path
         self.synchronous = synchronous
         self.busy_timeout_ms = busy_timeout_ms
@@ -134,17 +136,26 @@ class SQLiteBackend:
     # -- lifecycle -------------------------------------------------------
 
     async def open(self) -> None:
-        """Connect, and apply pending migrations the first time."""
+        """Connect; refuse a file that is missing or not migrated, unless ``migrate`` was asked for.
+
+        A missing file is never created here, so a read-only command on a
+        mistyped path says so instead of leaving an empty database behind.
+        """
         if self._migrated:
             return
         async with self._open_lock:
             if self._migrated:
                 return
+            if not self.auto_migrate and not await anyio.Path(self.path).exists():
+                raise migrations.not_migrated(f"no eventbus database at {self.path}", [])
             writer = await self._connect()
             read_applied = functools.partial(sync.applied_migrations, q=self.q)
             deadline = writer.deadline_seconds
             applied = await writer.run(lambda c: sqlconn.read(c, read_applied, deadline))
-            if applied is None or migrations.pending(migrations.discover("sqlite"), applied):
+            todo = migrations.pending(migrations.discover("sqlite"), applied or {})
+            if todo and not self.auto_migrate:
+                raise migrations.not_migrated(f"SQLite database {self.path}", [] if applied is None else todo)
+            if todo:
                 await self._apply_migrations(writer)
             self._migrated = True
 
