@@ -13,7 +13,9 @@ from .errors import (
     DeadLetter,
     DecodeError,
     DuplicateSubscription,
+    EncodeError,
     EventBusError,
+    HandlerSignal,
     HandlerSignatureError,
     HandlerTimeout,
     MigrationChecksumMismatch,
@@ -29,10 +31,23 @@ from .errors import (
 from .event import Event
 from .retry import RetryPolicy
 from .router import Router, Subscription
-from .types import DeadLetterFilter, DeliveryDetail, PublishResult, StatusReport
+from .types import (
+    AttemptRecord,
+    DeadLetterFilter,
+    DeliveryDetail,
+    DeliveryId,
+    DeliveryStatus,
+    EventId,
+    PublishResult,
+    StartFrom,
+    StatusReport,
+    StatusRow,
+    WorkerRow,
+)
 from .worker import Worker
 
 __all__ = [
+    "AttemptRecord",
     "BackendError",
     "BackendUnavailable",
     "Bus",
@@ -42,10 +57,15 @@ __all__ = [
     "DeadLetterFilter",
     "DecodeError",
     "DeliveryDetail",
+    "DeliveryId",
+    "DeliveryStatus",
     "DuplicateSubscription",
+    "EncodeError",
     "Envelope",
     "Event",
     "EventBusError",
+    "EventId",
+    "HandlerSignal",
     "HandlerSignatureError",
     "HandlerTimeout",
     "MigrationChecksumMismatch",
@@ -59,8 +79,11 @@ __all__ = [
     "RetryPolicy",
     "Router",
     "SchemaNotMigrated",
+    "StartFrom",
     "StatusReport",
+    "StatusRow",
     "Subscription",
     "UnknownEventType",
     "Worker",
+    "WorkerRow",
 ]

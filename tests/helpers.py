@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from eventbus import Bus, Event, RetryPolicy, Worker
+from eventbus import Bus, Event, RetryPolicy
+from eventbus.testing import drain
+
+__all__ = ["FAST", "OrderPlaced", "PaymentRequested", "Shipped", "counts", "drain"]
 
 
 class OrderPlaced(Event, event_type="test.order_placed"):
@@ -21,13 +24,6 @@ class Shipped(Event, event_type="test.shipped"):
 
 
 FAST = RetryPolicy(max_attempts=3, base_delay_seconds=0.0, jitter=0.0)
-
-
-async def drain(bus: Bus, **options: object) -> Worker:
-    """Run a burst worker until nothing is runnable."""
-    worker = Worker(bus, burst=True, **options)  # type: ignore[arg-type]
-    await worker.run()
-    return worker
 
 
 async def counts(bus: Bus) -> Counter[tuple[str, str]]:

@@ -11,5 +11,6 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/ruff check eventbus handlers schemas tests benchmarks
 .venv/bin/ruff format --check eventbus handlers schemas tests benchmarks
 .venv/bin/mypy eventbus
+.venv/bin/mypy schemas handlers tests
 .venv/bin/lint-imports
 exec .venv/bin/pytest -m "not soak" "$@"

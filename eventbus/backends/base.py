@@ -269,6 +269,14 @@ class SchemaStore(Protocol):
         """Apply pending migration files under a lock; return the names applied."""
         ...
 
+    async def analyze(self) -> None:
+        """Refresh the planner's statistics of the bus's tables (as autovacuum would)."""
+        ...
+
+    async def drop(self) -> None:
+        """Delete the bus's tables and data for good: the schema, or the SQLite file. Closes the backend."""
+        ...
+
 
 class Backend(DeliveryStore, Wakeups, Inspector, Operator, SchemaStore, Protocol):
     """Everything one storage backend provides."""

@@ -1,6 +1,6 @@
 """``eventbus bench``: end-to-end claim throughput on the configured database.
 
-Publishes N events beforehand in batches, refreshes PostgreSQL's statistics
+Publishes N events beforehand in batches, refreshes the planner statistics
 (as autovacuum would in steady state), then drains them with a no-op handler
 in burst mode and reports events per second. PostgreSQL runs use a
 scratch schema (``eventbus_bench``) that is dropped first; SQLite runs use a
@@ -33,35 +33,15 @@ class BenchEvent(Event, event_type="bench.tick"):
 
 
 async def scratch_bus(dsn: str | None, schema: str = "eventbus_bench") -> Bus:
-    """A migrated, empty bus for a benchmark run."""
+    """A migrated, empty bus for a benchmark run: the schema is dropped first."""
     if dsn and dsn.startswith(("postgresql://", "postgres://")):
-        import asyncpg
-
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
         bus = Bus(dsn, schema=schema, max_pool_size=8)
+        await bus.backend.drop()
     else:
         path = os.path.join(tempfile.mkdtemp(prefix="eventbus-bench-"), "bench.db")
         bus = Bus(f"sqlite:///{path}")
     await bus.migrate()
     return bus
-
-
-async def _analyze(dsn: str | None, bus: Bus) -> None:
-    """Refresh PostgreSQL's statistics after the load, as autovacuum would."""
-    if bus.backend.kind != "postgres" or dsn is None:
-        return
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        schema = getattr(bus.backend, "schema", "eventbus")
-        await conn.execute(f'ANALYZE "{schema}".deliveries, "{schema}".events')
-    finally:
-        await conn.close()
 
 
 async def drain_throughput(
@@ -91,7 +71,7 @@ async def drain_throughput(
                 Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + publish_batch))
             )
         t1 = time.perf_counter()
-        await _analyze(dsn, bus)
+        await bus.backend.analyze()
         t_drain = time.perf_counter()
         await Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=True).run()
         t2 = time.perf_counter()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import pytest
 
 from eventbus import Context, DeadLetter, Envelope, Retry, RetryPolicy, Worker
 from eventbus.backends.base import Completion
@@ -143,11 +144,28 @@ async def test_delayed_event_waits_for_its_time(bus) -> None:
         handled.append(event.order_id)
 
     await bus.publish(OrderPlaced(order_id="later"), delay=0.6)
-    await drain(bus)
+    await drain(bus, wait_for_scheduled=False)
     assert handled == []
     await anyio.sleep(0.7)
-    await drain(bus)
+    await drain(bus, wait_for_scheduled=False)
     assert handled == ["later"]
+
+
+async def test_drain_waits_for_scheduled_retries(bus) -> None:
+    attempts: list[int] = []
+
+    @bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise Retry(delay=0.2)
+
+    await bus.publish(OrderPlaced(order_id="o-1"))
+    drained = await drain(bus, timeout=10)
+    assert attempts == [1, 2, 3] and drained.processed == 1 and drained.rounds == 3
+    await bus.publish(OrderPlaced(order_id="o-2"), delay=5)
+    with pytest.raises(TimeoutError):
+        await drain(bus, timeout=0.5)
 
 
 async def test_new_subscription_backfills_unless_latest(bus) -> None:

@@ -61,21 +61,23 @@ async def _throughput(db: asyncpg.Connection, s: str) -> tuple[float, float, int
         f"count(*) FILTER (WHERE new_status = 'completed') AS done "
         f'FROM "{s}".transitions'
     )
+    assert row is not None
     elapsed = (row["last"] - row["first"]).total_seconds()
     return row["done"] / elapsed, elapsed, row["done"]
 
 
 async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
-    counts = dict(await db.fetch(f'SELECT status, count(*) FROM "{s}".deliveries GROUP BY 1'))
+    counts = {r[0]: r[1] for r in await db.fetch(f'SELECT status, count(*) FROM "{s}".deliveries GROUP BY 1')}
     # Nothing stuck; every delivery ended.
     assert set(counts) <= {"completed", "dead"}, counts
     # Lost 0: every order, audit and follow-up has its delivery.
-    per_sub = dict(
-        await db.fetch(
+    per_sub = {
+        r[0]: r[1]
+        for r in await db.fetch(
             f'SELECT s.name, count(*) FROM "{s}".deliveries d '
             f'JOIN "{s}".subscriptions s ON s.id = d.subscription_id GROUP BY 1'
         )
-    )
+    }
     assert per_sub == {"order": ORDERS, "audit": AUDITS, "followup": ORDERS}, per_sub
     assert await db.fetchval(f'SELECT count(*) FROM "{s}".events') == ORDERS * 2 + AUDITS
     # Dead rows (out of attempts after repeated kills) carry their error.
@@ -129,16 +131,17 @@ async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
 
 async def _clean_run(pg_dsn: str, tmp_path) -> tuple[float, float, int]:
     """The same workload without kills, in its own schema."""
-    target = Target("postgres", pg_dsn, f"t_{uuid.uuid4().hex[:16]}")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    target = Target("postgres", pg_dsn, schema)
     await prepare(target)
     procs = Procs(target, tmp_path)
     db = await asyncpg.connect(pg_dsn)
     try:
-        await _start_workers(procs, db, target.schema)
+        await _start_workers(procs, db, schema)
         await _publish_workload(target)
-        await wait_until(lambda: settled(db, target.schema), 60, interval=0.2, what="clean run to finish")
-        await _check_invariants(db, target.schema)
-        return await _throughput(db, target.schema)
+        await wait_until(lambda: settled(db, schema), 60, interval=0.2, what="clean run to finish")
+        await _check_invariants(db, schema)
+        return await _throughput(db, schema)
     finally:
         await procs.aclose()
         await db.execute(f'DROP SCHEMA IF EXISTS "{target.schema}" CASCADE')

@@ -28,7 +28,7 @@ async def test_postgres_restart(tmp_path) -> None:
     try:
         target = Target("postgres", server.dsn, "fault_restart")
         await prepare(target)
-        s = target.schema
+        s = "fault_restart"
         procs = Procs(target, tmp_path)
         env = {"FAULT_LEASE": "5", "FAULT_SLEEP": "0.01"}
         workers = [procs.worker("--poll-interval", "1", env=env, name=f"w{i}") for i in range(2)]

@@ -13,6 +13,7 @@ last commits on power loss, never on a process crash).
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from pathlib import Path
@@ -46,7 +47,7 @@ def test_acknowledged_publishes_survive_sigkill(tmp_path: Path, synchronous: str
             "--prefix", "b", "--count", "1000000", "--batch", "20", "--audits", "0.2", name="batched"
         )
         for p in (single, batched):
-            wait_until(lambda p=p: acks(p), 20, what=f"{p.name} to publish")
+            wait_until(functools.partial(acks, p), 20, what=f"{p.name} to publish")
         time.sleep(rng.uniform(0.3, 1.0))
         deadline = time.monotonic() + 1.0
         while write_lock_holder(Path(f"{db}-shm")) != single.pid and time.monotonic() < deadline:

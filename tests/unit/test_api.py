@@ -47,12 +47,12 @@ def test_registration_refuses_duplicates_and_wrong_signatures(tmp_path) -> None:
 
     with pytest.raises(HandlerSignatureError, match="async def"):
 
-        @bus.subscribe(OrderPlaced, name="three")
+        @bus.subscribe(OrderPlaced, name="three")  # type: ignore[type-var]
         def three(event: OrderPlaced, ctx: Context) -> None: ...
 
     with pytest.raises(HandlerSignatureError, match="exactly"):
 
-        @bus.subscribe(OrderPlaced, name="four")
+        @bus.subscribe(OrderPlaced, name="four")  # type: ignore[type-var]
         async def four(event: OrderPlaced) -> None: ...
 
     assert list(bus.subscriptions) == ["one"]
@@ -92,9 +92,3 @@ def test_migration_files_are_named_and_refused_when_edited() -> None:
     edited = Migration(1, first.name, first.sql + "\n-- edited")
     with pytest.raises(eventbus.MigrationChecksumMismatch):
         pending([edited], {1: first.checksum})
-
-
-def test_public_names_are_pinned() -> None:
-    assert sorted(eventbus.__all__) == eventbus.__all__
-    for name in eventbus.__all__:
-        assert getattr(eventbus, name) is not None

@@ -231,6 +231,15 @@ class PostgresBackend:
         self._ready = True
         return applied_now
 
+    async def analyze(self) -> None:
+        async with self._pool_conn() as conn:
+            await conn.execute(self.q["analyze"])
+
+    async def drop(self) -> None:
+        async with self._pool_conn() as conn:
+            await conn.execute(f"DROP SCHEMA IF EXISTS {quote_schema(self.schema)} CASCADE")
+        await self.aclose()
+
     # -- publish ---------------------------------------------------------
 
     async def publish(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:

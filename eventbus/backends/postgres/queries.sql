@@ -317,6 +317,10 @@ UPDATE {schema}.deliveries SET status = 'cancelled', updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'pending'
 RETURNING id;
 
+-- name: analyze
+-- Fresh statistics after a bulk load, so the claim plan is the steady-state one.
+ANALYZE {schema}.deliveries, {schema}.events;
+
 -- name: notify_subscriptions
 SELECT pg_notify($1, event_type) FROM {schema}.subscriptions WHERE id = ANY($2::int[]);
 

@@ -166,6 +166,14 @@ class SQLiteBackend:
             self._migrated = True
         return names
 
+    async def analyze(self) -> None:
+        await self._write(lambda c, _q, _now: c.execute("ANALYZE"))
+
+    async def drop(self) -> None:
+        await self.aclose()
+        for suffix in ("", "-wal", "-shm"):
+            await anyio.Path(self.path + suffix).unlink(missing_ok=True)
+
     async def _apply_migrations(self, writer: sqlconn.Link) -> list[str]:
         names: list[str] = []
         while (name := await self._write_on(writer, sync.apply_next_migration)) is not None:
