@@ -15,8 +15,8 @@ from .app import bus
 
 
 async def main() -> None:
+    await bus.migrate()  # the schema is created or brought up to date explicitly
     async with bus:
-        await bus.migrate()
         results = await bus.publish_many(
             [
                 Envelope(OrderPlaced(order_id="o-1", customer="ada", amount_cents=1_999), key="o-1"),
