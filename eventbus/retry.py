@@ -5,9 +5,17 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DeadLetter, Retry
 
-__all__ = ["RetryPolicy"]
+__all__ = ["Outcome", "RetryPolicy"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What becomes of a failed attempt: dead, or retried after ``delay_seconds``."""
+
+    dead: bool
+    delay_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -51,3 +59,16 @@ class RetryPolicy:
 
     def is_retryable(self, exc: BaseException) -> bool:
         return not isinstance(exc, self.non_retryable)
+
+    def outcome(self, exc: BaseException, attempt: int) -> Outcome:
+        """Decide the fate of failed attempt number ``attempt`` that raised ``exc``.
+
+        :class:`DeadLetter`, a non-retryable error or the last allowed attempt
+        end the delivery; :class:`Retry` picks its own delay; anything else
+        backs off by :meth:`delay_for`.
+        """
+        if isinstance(exc, DeadLetter) or not self.is_retryable(exc) or self.exhausted(attempt):
+            return Outcome(dead=True)
+        if isinstance(exc, Retry) and exc.delay is not None:
+            return Outcome(dead=False, delay_seconds=exc.delay)
+        return Outcome(dead=False, delay_seconds=self.delay_for(attempt))

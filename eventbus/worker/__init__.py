@@ -27,8 +27,9 @@ import anyio.lowlevel
 from ..backends._wakeup import SWEEP
 from ..backends.base import ClaimedDelivery, Completion, Failure
 from ..context import Context
-from ..errors import BackendError, DeadLetter, DecodeError, HandlerTimeout, Retry
+from ..errors import BackendError, DecodeError, HandlerTimeout
 from ..event import Event, decode_event
+from ..retry import Outcome
 from ..router import Subscription
 from ..types import DeliveryId
 from ._results import ResultWriter
@@ -339,8 +340,6 @@ class Worker:
         ctx = Context(delivery, sub.name, self.bus.outgoing)
         try:
             timed_out = await self._call(sub, event, ctx)
-        except Retry as exc:
-            return self._failure(sub, delivery, exc, started, delay=exc.delay)
         except Exception as exc:
             return self._failure(sub, delivery, exc, started)
         if timed_out:
@@ -378,22 +377,13 @@ class Worker:
         started: float,
         *,
         dead: bool = False,
-        delay: float | None = None,
     ) -> Failure:
-        policy = sub.retry
-        dead = (
-            dead
-            or isinstance(exc, DeadLetter)
-            or not policy.is_retryable(exc)
-            or policy.exhausted(delivery.attempts)
-        )
+        fate = Outcome(dead=True) if dead else sub.retry.outcome(exc, delivery.attempts)
         return Failure(
             delivery_id=delivery.id,
             lease_token=delivery.lease_token,
-            dead=dead,
-            retry_delay_seconds=0.0
-            if dead
-            else (delay if delay is not None else policy.delay_for(delivery.attempts)),
+            dead=fate.dead,
+            retry_delay_seconds=fate.delay_seconds,
             error_type=type(exc).__qualname__,
             message=(str(exc) or repr(exc))[:4000],
             traceback="".join(traceback.format_exception(exc))[-16000:],
