@@ -84,9 +84,10 @@ async def _keep_session(conn: Any) -> None:
     """Pool reset hook: nothing to undo.
 
     The backend changes no session state on pooled connections (no SET, no
-    LISTEN, advisory locks released in ``finally``), and asyncpg still rolls
-    back a transaction left open. The default reset query costs a round trip
-    on every release: about a third of a single publish.
+    LISTEN, only transaction-scoped advisory locks), and asyncpg still rolls
+    back a transaction left open, which ends those locks too. The default
+    reset query costs a round trip on every release: about a third of a
+    single publish.
     """
 
 
@@ -212,24 +213,33 @@ class PostgresBackend:
             yield conn
 
     async def migrate(self) -> list[str]:
-        """Apply pending migrations under an advisory lock; return the names applied."""
+        """Apply pending migrations, one transaction per file; return the names applied."""
         applied_now: list[str] = []
         async with self._pool_conn() as conn:
-            await conn.execute("SELECT pg_advisory_lock(hashtext($1))", self.notify_channel)
-            try:
-                await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_schema(self.schema)}")
-                await conn.execute(self.q["migrations_table"])
-                rows = await conn.fetch(self.q["migrations_applied"])
-                applied = {r["version"]: r["checksum"] for r in rows}
-                for m in migrations.pending(migrations.discover("postgres"), applied):
-                    async with conn.transaction():
-                        await conn.execute(m.sql.replace("{schema}", quote_schema(self.schema)))
-                        await conn.execute(self.q["migration_record"], m.version, m.name, m.checksum)
-                    applied_now.append(m.name)
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(hashtext($1))", self.notify_channel)
+            while (name := await self._migrate_next(conn)) is not None:
+                applied_now.append(name)
         self._ready = True
         return applied_now
+
+    async def _migrate_next(self, conn: Any) -> str | None:
+        """Apply the first pending file under the migration lock; None when none is left.
+
+        The lock is transaction-scoped: it ends with the transaction however the
+        call ends, so a cancelled migrate cannot leave it on a pooled connection.
+        """
+        async with conn.transaction():
+            await conn.execute(self.q["migration_lock"], self.notify_channel)
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_schema(self.schema)}")
+            await conn.execute(self.q["migrations_table"])
+            rows = await conn.fetch(self.q["migrations_applied"])
+            todo = migrations.pending(
+                migrations.discover("postgres"), {r["version"]: r["checksum"] for r in rows}
+            )
+            if not todo:
+                return None
+            await conn.execute(todo[0].sql.replace("{schema}", quote_schema(self.schema)))
+            await conn.execute(self.q["migration_record"], todo[0].version, todo[0].name, todo[0].checksum)
+        return todo[0].name
 
     async def analyze(self) -> None:
         async with self._pool_conn() as conn:

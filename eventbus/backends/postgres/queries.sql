@@ -324,6 +324,13 @@ ANALYZE {schema}.deliveries, {schema}.events;
 -- name: notify_subscriptions
 SELECT pg_notify($1, event_type) FROM {schema}.subscriptions WHERE id = ANY($2::int[]);
 
+-- name: migration_lock
+-- Serialises migrations of one schema across processes. Transaction-scoped:
+-- it ends with the transaction even when the caller is cancelled, whereas a
+-- session lock would outlive an interrupted migrate on its pooled connection
+-- (the pool does not reset sessions) and block every later migrate.
+SELECT pg_advisory_xact_lock(hashtext($1));
+
 -- name: migrations_table
 CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (
     version    integer PRIMARY KEY,
