@@ -87,8 +87,10 @@ class SQLiteBackend:
     :param synchronous: ``"FULL"`` (default: a commit survives power loss) or
         ``"NORMAL"`` (faster; in WAL mode the last commits may be lost on power
         loss, never on a process crash, and the file is never corrupted).
-    :param busy_timeout_ms: how long SQLite waits for another process's write
-        lock before this backend backs off and tries again (default 30000).
+    :param busy_timeout_ms: patience for another process's write lock (default
+        30000): a call keeps waiting, in slices of at most 100 ms so that a
+        cancelled call never waits on, for four times this (at least 5 s)
+        before it raises :class:`~eventbus.BackendUnavailable`.
     :param poll_interval_seconds: how often the worker's poller checks for
         commits by other processes.
 

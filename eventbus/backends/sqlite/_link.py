@@ -6,6 +6,11 @@ IMMEDIATE`` transaction (the write lock is taken before anything is read, so
 two writers can never deadlock upgrading a read lock) with one time stamp from
 the database clock. A busy file is retried with backoff until a deadline;
 "database is locked" never reaches a caller.
+
+A caller that is cancelled returns at once: its unit, if still waiting for the
+file's lock, is abandoned at the next slice of the wait (SQLite waits at most
+:data:`BUSY_SLICE_MS` at a time), and one that got the lock after its caller
+left rolls back before writing anything.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import logging
 import os
 import random
 import sqlite3
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -33,6 +39,7 @@ from ...errors import (
 )
 
 __all__ = [
+    "BUSY_SLICE_MS",
     "DsnOptions",
     "Link",
     "Queries",
@@ -54,6 +61,10 @@ Queries = dict[str, str]
 
 _CANTOPEN = 14
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary result codes)
+BUSY_SLICE_MS = 100
+"""Longest wait inside SQLite for another connection's lock; the busy retries
+continue it up to the deadline, checking between slices whether the caller left."""
+_current = threading.local()  # the unit a link's thread is running
 _SYNCHRONOUS = {
     "FULL": "PRAGMA synchronous = FULL",
     "NORMAL": "PRAGMA synchronous = NORMAL",
@@ -115,10 +126,37 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0.5, 1.0) * min(0.25, 0.005 * 2.0**attempt)
 
 
+class _Abandoned(Exception):
+    """The caller of a unit was cancelled before the unit wrote anything."""
+
+
+class _Unit:
+    """One call queued on a link's thread; its caller may leave before it runs."""
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+        self.abandoned = False
+
+    def __call__(self, conn: sqlite3.Connection) -> Any:
+        _current.unit = self
+        try:
+            _check_abandoned()
+            return self.fn(conn)
+        finally:
+            _current.unit = None
+
+
+def _check_abandoned() -> None:
+    unit = getattr(_current, "unit", None)
+    if unit is not None and unit.abandoned:
+        raise _Abandoned
+
+
 def _retry_busy(body: Callable[[], T], deadline_seconds: float) -> T:
     deadline = time.monotonic() + deadline_seconds
     attempt = 0
     while True:
+        _check_abandoned()
         try:
             return body()
         except sqlite3.OperationalError as exc:
@@ -149,6 +187,7 @@ def write(
     def once() -> T:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            _check_abandoned()  # the lock came after the caller left: write nothing
             now: float = conn.execute(q["now"]).fetchone()[0]
             result = body(conn, now)
             conn.execute("COMMIT")
@@ -249,7 +288,10 @@ class Link:
     aiosqlite executes every call on the connection's dedicated thread, in
     order. A unit of work (a whole ``BEGIN IMMEDIATE`` … ``COMMIT``) is queued
     there as one call, so the write lock is never held across an await of the
-    event loop, and the unit always runs to its end once queued.
+    event loop. A cancelled caller returns at once and its unit is abandoned
+    unless it already holds the lock (then it finishes: it is short). Work
+    that must not be lost to a cancellation (a claim, a result) is shielded
+    by its caller.
     """
 
     def __init__(self, db: aiosqlite.Connection, deadline_seconds: float) -> None:
@@ -262,7 +304,7 @@ class Link:
         with translate_errors():
             db = await aiosqlite.connect(
                 path,
-                timeout=busy_timeout_ms / 1000,
+                timeout=min(busy_timeout_ms, BUSY_SLICE_MS) / 1000,
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=256,
@@ -276,13 +318,15 @@ class Link:
         return link
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        # Shielded: a queued transaction always runs to its end, and its
-        # result (a claim, say) is never dropped by a cancelled caller.
+        unit = _Unit(fn)
         result: T
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
+        async with self._lock:
+            try:
                 with translate_errors():
-                    result = await self.db._execute(fn, self.db._conn)  # type: ignore[no-untyped-call]
+                    result = await self.db._execute(unit, self.db._conn)  # type: ignore[no-untyped-call]
+            except anyio.get_cancelled_exc_class():
+                unit.abandoned = True
+                raise
         return result
 
     async def close(self) -> None:
