@@ -18,6 +18,7 @@ Every error derives from one root::
     │   ├── MigrationChecksumMismatch
     │   └── SchemaNotMigrated
     ├── NotFound                  no such delivery or event
+    ├── HandlerInterrupted        a handler outlived the shutdown grace period
     ├── HandlerTimeout            a handler ran past its timeout
     └── HandlerSignal             raised by handlers to steer their delivery
         ├── Retry
@@ -37,6 +38,7 @@ __all__ = [
     "DuplicateSubscription",
     "EncodeError",
     "EventBusError",
+    "HandlerInterrupted",
     "HandlerSignal",
     "HandlerSignatureError",
     "HandlerTimeout",
@@ -121,6 +123,14 @@ class SchemaNotMigrated(MigrationError):
 
 class NotFound(EventBusError):
     """No such delivery or event."""
+
+
+class HandlerInterrupted(EventBusError):
+    """The handler was still running when the worker's shutdown grace period ended.
+
+    The interrupted run counts as a failed attempt, so a handler that hangs
+    reaches the dead-letter queue after ``max_attempts`` restarts.
+    """
 
 
 class HandlerTimeout(EventBusError):

@@ -115,7 +115,12 @@ def worker(
 
 
 async def _stop_on_signals(w: Worker, scope: anyio.CancelScope) -> None:
-    """First SIGTERM/SIGINT: graceful stop. Second: stop now."""
+    """First SIGTERM/SIGINT: graceful stop. Second: stop now, within about a second.
+
+    After the second signal the database gets half a second for what is left to
+    write; a database that does not answer cannot hold the exit (the leases of
+    whatever stays unwritten cover it).
+    """
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         count = 0
         async for _ in signals:

@@ -27,12 +27,13 @@ import anyio.lowlevel
 from ..backends._wakeup import SWEEP
 from ..backends.base import ClaimedDelivery, Completion, Failure
 from ..context import Context
-from ..errors import BackendError, DecodeError, HandlerTimeout
+from ..errors import BackendError, DecodeError, HandlerInterrupted, HandlerTimeout
 from ..event import Event, decode_event
 from ..retry import Outcome
 from ..router import Subscription
 from ..types import DeliveryId
 from ._results import ResultWriter
+from ._shield import Shield
 
 if TYPE_CHECKING:
     from ..bus import Bus
@@ -99,7 +100,10 @@ class Worker:
     :param batch_size: deliveries claimed per round trip.
     :param poll_interval_seconds: the slow poll that covers lost notifications.
     :param burst: process until nothing is runnable, then return (drain mode).
-    :param grace_seconds: how long running handlers may finish after :meth:`stop`.
+    :param grace_seconds: how long running handlers may finish after :meth:`stop`;
+        a handler still running then is cancelled and that run counts as a
+        failed attempt (:class:`~eventbus.HandlerInterrupted`), so a hung
+        handler reaches the dead-letter queue across restarts.
     :param subscriptions: names to serve (default: all of the bus).
     :param recovery_interval_seconds: how often this worker looks for expired
         leases of any worker (dead workers' deliveries are retried within about
@@ -132,9 +136,11 @@ class Worker:
         self._by_type: dict[str, list[int]] = {}
         self._in_flight: dict[DeliveryId, _InFlight] = {}
         self._running = 0
-        self._results = ResultWriter(self.backend, lambda i: self._in_flight.pop(i, None))
+        self._shield = Shield()
+        self._results = ResultWriter(self.backend, lambda i: self._in_flight.pop(i, None), self._shield)
         self._slot_freed = anyio.Event()
         self._stopping = False
+        self._grace_over = False  # running handlers outlived the grace period
         self._loop_scope: anyio.CancelScope | None = None
         self._handler_scope: anyio.CancelScope | None = None
         self._wake_at = math.inf
@@ -148,12 +154,19 @@ class Worker:
     # -- control -----------------------------------------------------------
 
     def stop(self, *, now: bool = False) -> None:
-        """Stop claiming; with ``now``, cancel running handlers too."""
+        """Stop claiming at once; running handlers get the grace period.
+
+        With ``now``, cancel running handlers too and give the database about
+        half a second for what is left to write (handing back, results): a
+        database that does not answer cannot hold the stop, and the leases of
+        whatever stays unwritten cover it.
+        """
         self._stopping = True
         if self._loop_scope is not None:
             self._loop_scope.cancel()
         if now:
             self.grace_seconds = 0
+            self._shield.abort()
             if self._handler_scope is not None:
                 self._handler_scope.cancel()
 
@@ -174,14 +187,16 @@ class Worker:
                     if self._stopping:
                         self._loop_scope.cancel()
                     await self._claim_loop()
-                with anyio.CancelScope(shield=True):
+                with self._shield():
                     await self._release_unstarted()
-                await self._wait_for_handlers(self.grace_seconds)
+                finished = await self._wait_for_handlers(self.grace_seconds)
+                self._grace_over = not finished and not self._shield.aborted
                 handlers.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True):
+            with self._shield():
                 await self._results.flush_all()
                 if not self.burst:
                     await self._beat(gone=True)
+            self._shield.abort(0)  # nothing else is worth waiting for
             services.cancel_scope.cancel()
 
     async def _register(self) -> None:
@@ -197,7 +212,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         dirty: set[int] | None = set(self._active)
         failures = 0
-        while dirty is not None:
+        while dirty is not None and not self._stopping:
             try:
                 dirty = await self._step(dirty)
                 failures = 0
@@ -225,9 +240,11 @@ class Worker:
         still: set[int] = set()
         for sub_id in sorted(dirty):
             free = await self._wait_for_capacity()
+            if self._stopping:  # checked before every claim: a backlog never postpones a stop
+                break
             active = self._active[sub_id]
             limit = min(self.batch_size, free)
-            with anyio.CancelScope(shield=True):  # a claim is never lost to a stop
+            with self._shield():  # a claim is never lost to a graceful stop
                 batch = await self._claim(active, limit)
             self._start(active, batch)
             if len(batch) == limit:
@@ -320,8 +337,11 @@ class Worker:
         try:
             result = await self._invoke(sub, delivery, started)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                await self._release(delivery)
+            if self._grace_over:  # cut off after the grace period: that counts as an attempt
+                self._results.add(self._interrupted(sub, delivery, started))
+            else:
+                with self._shield():
+                    await self._release(delivery)
             raise
         finally:
             self._running -= 1
@@ -391,6 +411,11 @@ class Worker:
             worker_id=self.id,
         )
 
+    def _interrupted(self, sub: Subscription, delivery: ClaimedDelivery, started: float) -> Failure:
+        grace = f"{self.grace_seconds:g}s"
+        exc = HandlerInterrupted(f"handler still running when the worker's grace period of {grace} ended")
+        return self._failure(sub, delivery, exc, started)
+
     async def _release(self, delivery: ClaimedDelivery) -> None:
         """Hand a delivery back without counting the attempt (shutdown)."""
         self._in_flight.pop(delivery.id, None)
@@ -399,11 +424,13 @@ class Worker:
         except BackendError as exc:
             log.warning("could not release delivery %s (its lease will): %s", delivery.id, exc)
 
-    async def _wait_for_handlers(self, grace_seconds: float) -> None:
+    async def _wait_for_handlers(self, grace_seconds: float) -> bool:
+        """Wait up to ``grace_seconds`` for running handlers; False if some are still running."""
         with anyio.move_on_after(grace_seconds):
             while self._running:
                 self._slot_freed = anyio.Event()
                 await self._slot_freed.wait()
+        return self._running == 0
 
     async def _settle(self) -> None:
         """Burst mode: wait until every handler finished and its result is written."""

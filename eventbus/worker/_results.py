@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 import anyio
@@ -11,6 +12,7 @@ from ..backends._wakeup import SWEEP
 from ..backends.base import Backend, Completion, Failure
 from ..errors import BackendError
 from ..types import DeliveryId
+from ._shield import Shield
 
 __all__ = ["ResultWriter"]
 
@@ -19,6 +21,9 @@ log = logging.getLogger("eventbus.worker")
 _WRITE_BATCH = 500
 """Most results written in one transaction: keeps each commit short however
 large the buffer grew while the database was slow."""
+
+FLUSH_SECONDS = 10.0
+"""How long the final flush keeps retrying a database that refuses writes."""
 
 
 class ResultWriter:
@@ -30,9 +35,12 @@ class ResultWriter:
     written (or refused).
     """
 
-    def __init__(self, backend: Backend, forget: Callable[[DeliveryId], object]) -> None:
+    def __init__(
+        self, backend: Backend, forget: Callable[[DeliveryId], object], shield: Shield | None = None
+    ) -> None:
         self.backend = backend
         self.forget = forget
+        self.shield = shield or Shield()
         self.processed = 0
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
@@ -55,24 +63,33 @@ class ResultWriter:
                 await anyio.sleep(0.5)
                 self._wanted.set()
 
-    async def write(self) -> bool:
+    async def write(self, deadline: float = math.inf) -> bool:
         """Write buffered results; return False when the database refused.
 
         Shielded and serialised: a write in progress is never cut off by a
-        stop (that would roll back completions whose handlers already ran),
-        and the final flush waits for it.
+        graceful stop (that would roll back completions whose handlers already
+        ran), and the final flush waits for it. A hard stop aborts the shield:
+        what is not written then is covered by its lease.
         """
-        with anyio.CancelScope(shield=True):
+        ok = False
+        with self.shield(deadline):
             async with self._lock:
                 ok = await self._write_completions() and await self._write_failures()
         return ok
 
-    async def flush_all(self, attempts: int = 20) -> None:
-        """On stop: write everything, waiting for a write in progress."""
-        for _ in range(attempts):
-            ok = await self.write()
+    async def flush_all(self, seconds: float = FLUSH_SECONDS) -> None:
+        """On stop: write everything, waiting for a write in progress.
+
+        A database that refuses is retried for ``seconds`` at most (a hard stop
+        ends it at once): the leases of what stays unwritten cover it.
+        """
+        deadline = anyio.current_time() + seconds
+        while not self.shield.aborted:
+            ok = await self.write(deadline)
             if not (self._completions or self._failures):
                 return
+            if anyio.current_time() >= deadline:
+                break
             if not ok:
                 await anyio.sleep(0.5)
         log.error("gave up writing results; their leases will expire and they will be re-run")

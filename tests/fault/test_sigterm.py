@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 
@@ -60,16 +61,22 @@ async def test_sigterm_under_load_leaves_no_claims(fault_target, procs, db, grac
         f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'processing' AND worker_id = $1", wid
     )
     assert left == 0, "claimed rows left behind after SIGTERM"
-    # Nothing was counted as a failed attempt, nothing went dead.
-    assert await db.fetchval(f'SELECT count(*) FROM "{s}".delivery_attempts') == 0
     assert await db.fetchval(f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead'") == 0
     if float(sleep) > float(grace):
-        # Cut handlers were handed back without counting the attempt.
-        bad = await db.fetchval(
+        # Handlers cut off when the grace period ended counted one failed attempt each
+        # (a hung handler must not escape its retry limit by restarts); the rest,
+        # claimed but never started, were handed back without counting.
+        cut = await db.fetch(f'SELECT delivery_id, attempt, error_type FROM "{s}".delivery_attempts')
+        assert len(cut) == in_flight
+        assert {(r["attempt"], r["error_type"]) for r in cut} == {(1, "HandlerInterrupted")}
+        counted = await db.fetchval(
             f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'pending' AND attempts <> 0"
         )
-        assert bad == 0
+        assert counted == in_flight
+        await asyncio.sleep(1.5)  # their retry backoff (base 1 s, jitter 0.2)
     else:
+        # Nothing was counted as a failed attempt.
+        assert await db.fetchval(f'SELECT count(*) FROM "{s}".delivery_attempts') == 0
         finished = await db.fetchval(
             f"SELECT count(*) FROM \"{s}\".handler_runs WHERE phase = 'end' AND subscription = 'order'"
         )
