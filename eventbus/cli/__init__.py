@@ -24,6 +24,9 @@ from .dlq import dlq
 
 __all__ = ["main"]
 
+_HARD_STOP_SECONDS = 1.0
+"""How long the worker command may take to exit after a second signal."""
+
 
 @click.group()
 @click.option("--dsn", envvar="EVENTBUS_DSN", help="postgresql://… or sqlite:///path")
@@ -84,48 +87,52 @@ def worker(
         bus = load_app(app)
         if obj.dsn and obj.dsn != bus.dsn:
             raise ConfigurationError(f"--dsn differs from the DSN {app} was built with")
-        async with bus:
-            if run_migrate:
-                await bus.migrate()
-            w = Worker(
-                bus,
-                concurrency=concurrency,
-                batch_size=batch_size,
-                burst=burst,
-                poll_interval_seconds=poll_interval,
-                grace_seconds=grace,
-                recovery_interval_seconds=recovery_interval,
-                subscriptions=subscriptions or None,
-            )
-            names = subscriptions or tuple(bus.subscriptions)
-            click.echo(
-                f"worker {w.id} ({bus.backend.kind}): {', '.join(names)}; "
-                f"concurrency {concurrency}, batch {batch_size}"
-                f"{', burst' if burst else ''}",
-                err=True,
-            )
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_stop_on_signals, w, tg.cancel_scope)
-                await w.run()
-                tg.cancel_scope.cancel()
-            return w.processed
+        w = Worker(
+            bus,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            burst=burst,
+            poll_interval_seconds=poll_interval,
+            grace_seconds=grace,
+            recovery_interval_seconds=recovery_interval,
+            subscriptions=subscriptions or None,
+        )
+        with anyio.CancelScope() as closing:  # a second signal bounds closing the bus too
+            async with bus:
+                if run_migrate:
+                    await bus.migrate()
+                names = subscriptions or tuple(bus.subscriptions)
+                click.echo(
+                    f"worker {w.id} ({bus.backend.kind}): {', '.join(names)}; "
+                    f"concurrency {concurrency}, batch {batch_size}"
+                    f"{', burst' if burst else ''}",
+                    err=True,
+                )
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_stop_on_signals, w, closing)
+                    await w.run()
+                    tg.cancel_scope.cancel()
+        return w.processed
 
     processed = run(go)
     click.echo(f"worker stopped: {processed} deliveries completed", err=True)
 
 
-async def _stop_on_signals(w: Worker, scope: anyio.CancelScope) -> None:
+async def _stop_on_signals(w: Worker, closing: anyio.CancelScope) -> None:
     """First SIGTERM/SIGINT: graceful stop. Second: stop now, within about a second.
 
-    After the second signal the database gets half a second for what is left to
-    write; a database that does not answer cannot hold the exit (the leases of
-    whatever stays unwritten cover it).
+    After the second signal the worker gives the database half a second for
+    what is left to write, and closing the bus gets the rest of
+    ``_HARD_STOP_SECONDS``: a database that does not answer cannot hold the exit
+    (the leases of whatever stays unwritten cover it).
     """
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         count = 0
         async for _ in signals:
             count += 1
             w.stop(now=count > 1)
+            if count > 1:
+                closing.deadline = min(closing.deadline, anyio.current_time() + _HARD_STOP_SECONDS)
 
 
 @cli.command()

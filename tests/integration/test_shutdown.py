@@ -9,6 +9,8 @@ cancellation interrupts a public call blocked on the database.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sqlite3
 import time
@@ -24,6 +26,7 @@ from eventbus import Envelope
 
 from ..apps.lifecycle_events import Quick, Slow, Stuck
 from ..conftest import Target
+from ..pgserver import PgServer
 from ..processes import EVENTBUS, Proc, ProcessGroup
 
 APP = "tests.apps.lifecycle_app:bus"
@@ -256,3 +259,47 @@ async def test_a_hung_handler_reaches_the_dead_letter_queue_across_restarts(
         assert (status, count) == ("pending" if restart == 1 else "dead", restart)
     errors = await db.rows(f"SELECT attempt, error_type FROM {attempts} ORDER BY attempt")
     assert errors == [(1, "HandlerInterrupted"), (2, "HandlerInterrupted")]
+
+
+def _process_tree(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(p for c in children for p in _process_tree(int(c)))]
+
+
+async def test_second_signal_exits_at_once_with_the_server_stopped(
+    procs: ProcessGroup, tmp_path: Path
+) -> None:
+    """A server that does not answer at all (SIGSTOPped): nothing may wait on it, closing included."""
+    server = PgServer().start()
+    stopped: list[int] = []
+    try:
+        target = Target("postgres", server.dsn, "stopped")
+        bus = target.bus()
+        try:
+            await bus.migrate()
+            await bus.publish_many([Envelope(Slow(n=i)) for i in range(40)])
+        finally:
+            await bus.aclose()
+        records = tmp_path / "records"
+        w = worker(procs, target, records, "--concurrency", "20", "--grace", "30")
+        await wait_for(lambda: _true(len(runs(records)) >= 20), 60, "handlers to start")
+        master = int((server.data / "postmaster.pid").read_text().split()[0])
+        stopped = _process_tree(master)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        await anyio.sleep(1.5)  # handlers end; their results, claims and heartbeats now wait
+        w.signal(signal.SIGINT)
+        await anyio.sleep(0.3)
+        w.signal(signal.SIGINT)
+        t0 = time.monotonic()
+        rc = await w.wait_async(30)
+        exit_seconds = time.monotonic() - t0
+        print(f"\nexited {exit_seconds:.2f}s after the second signal, server SIGSTOPped")
+        assert rc == 0, w.output()
+        assert exit_seconds < 3, f"a second signal took {exit_seconds:.1f}s"
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        procs.close()
+        server.destroy()

@@ -197,9 +197,11 @@ class PostgresBackend:
         pool, self._pool = self._pool, None
         self._ready = False
         if pool is not None:
-            with anyio.move_on_after(10):
-                await pool.close()
-            pool.terminate()
+            try:
+                with anyio.move_on_after(10):
+                    await pool.close()
+            finally:
+                pool.terminate()  # also when the caller gave up waiting for the graceful close
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[Any]:

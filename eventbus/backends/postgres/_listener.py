@@ -86,8 +86,8 @@ class PostgresListener(Waker):
                 pass
         finally:
             self.healthy = False
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
-                await conn.close()
+            # Closed at once: a LISTEN session has nothing to flush, and a
+            # graceful close would wait on a server that does not answer.
             conn.terminate()
 
     async def _healthy_for_a_while(self, conn: asyncpg.Connection) -> bool:
