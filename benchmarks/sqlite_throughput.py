@@ -55,8 +55,9 @@ bus = build_bus()  # the worker processes' app (nothing is opened until used)
 
 
 async def _prepare(dsn: str, n: int) -> None:
-    async with build_bus(dsn) as b:
-        await b.migrate()
+    b = build_bus(dsn)
+    await b.migrate()
+    async with b:
         await b.backend.register(b.specs())  # subscribed before publishing: no backfill
         for start in range(0, n, 1000):
             await b.publish_many(Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + 1000)))
