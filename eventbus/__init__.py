@@ -43,6 +43,8 @@ from .types import (
     StartFrom,
     StatusReport,
     StatusRow,
+    SubscriptionInfo,
+    SubscriptionState,
     WorkerRow,
 )
 from .worker import Worker
@@ -85,6 +87,8 @@ __all__ = [
     "StatusReport",
     "StatusRow",
     "Subscription",
+    "SubscriptionInfo",
+    "SubscriptionState",
     "UnknownEventType",
     "Worker",
     "WorkerRow",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -12,14 +13,22 @@ import msgspec
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import ConfigurationError, PayloadTooLarge, UnknownEventType
-from .event import Event, decode_event, encode_event, event_type_of
+from .event import Event, check_event_type, decode_event, encode_event, event_type_of
 from .router import Router
-from .types import DeadLetterFilter, DeliveryDetail, DeliveryId, PublishResult, StatusReport
+from .types import (
+    DeadLetterFilter,
+    DeliveryDetail,
+    DeliveryId,
+    PublishResult,
+    StatusReport,
+    SubscriptionInfo,
+)
 
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
 DEFAULT_DSN = "sqlite:///eventbus.db"
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_DELAY_SECONDS = 100 * 365 * 86400.0  # beyond this a delay is a mistake, not a schedule
 
 
 class Envelope(msgspec.Struct, frozen=True):
@@ -38,6 +47,8 @@ def _seconds(delay: float | timedelta | None) -> float:
     value = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
     if value < 0:
         raise ConfigurationError("delay cannot be negative")
+    if not math.isfinite(value) or value > MAX_DELAY_SECONDS:
+        raise ConfigurationError(f"delay must be a finite number of seconds up to 100 years, got {value}")
     return value
 
 
@@ -64,6 +75,8 @@ class Bus(Router):
         **backend_options: Any,
     ) -> None:
         super().__init__()
+        if max_payload_bytes < 1:
+            raise ConfigurationError(f"max_payload_bytes must be at least 1, got {max_payload_bytes}")
         self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
         self.max_payload_bytes = max_payload_bytes
         self.backend: Backend = backend or open_backend(
@@ -167,8 +180,9 @@ class Bus(Router):
         self, event_type: str, payload: bytes, *, key: str | None = None, delay: float = 0.0
     ) -> PublishResult:
         """Publish an already encoded JSON payload (used by the CLI)."""
+        check_event_type(event_type)
         self._checked_size(event_type, payload)
-        out = OutgoingEvent(event_type=event_type, payload=payload, key=key, delay_seconds=delay)
+        out = OutgoingEvent(event_type=event_type, payload=payload, key=key, delay_seconds=_seconds(delay))
         (result,) = await self.backend.publish([out])
         return result
 
@@ -195,14 +209,35 @@ class Bus(Router):
             for s in subs
         ]
 
-    async def register(self, names: Sequence[str] | None = None) -> dict[str, int]:
+    async def register(self, names: Sequence[str] | None = None, *, served: bool = False) -> dict[str, int]:
         """Record this bus's subscriptions in the database; return their ids.
 
-        A worker does this when it starts. Publishers that start first may call
-        it so that their events fan out to subscriptions no worker has seen yet
-        (a new subscription is also backfilled from the log by default).
+        A worker does this when it starts (with ``served``: it will serve
+        them). Publishers that start first may call it so that their events
+        fan out to subscriptions no worker has seen yet (a new subscription is
+        also backfilled from the log by default).
         """
-        return await self.backend.register(self.specs(names))
+        return await self.backend.register(self.specs(names), served=served)
+
+    async def list_subscriptions(self) -> list[SubscriptionInfo]:
+        """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
+        return await self.backend.list_subscriptions()
+
+    async def pause_subscription(self, name: str) -> bool:
+        """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active."""
+        return await self.backend.pause_subscription(name)
+
+    async def resume_subscription(self, name: str) -> bool:
+        """Serve a paused (or removed) subscription again. False if it was active."""
+        return await self.backend.resume_subscription(name)
+
+    async def remove_subscription(self, name: str) -> int:
+        """Stop fan-out to ``name`` and cancel its pending deliveries; return how many.
+
+        For a subscription taken out of the code: a worker that registers it
+        again does not bring it back (``resume_subscription`` does).
+        """
+        return await self.backend.remove_subscription(name)
 
     # -- operations ----------------------------------------------------------
 

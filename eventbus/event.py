@@ -21,7 +21,7 @@ import msgspec
 
 from .errors import ConfigurationError, DecodeError, EncodeError
 
-__all__ = ["Event", "EventT", "decode_event", "encode_event", "event_type_of"]
+__all__ = ["Event", "EventT", "check_event_type", "decode_event", "encode_event", "event_type_of"]
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
@@ -32,6 +32,15 @@ else:
 
 
 _EVENT_TYPE_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:\-]{0,199}$")
+
+
+def check_event_type(event_type: str) -> str:
+    """Return ``event_type`` if it is a valid name (letters, digits and . _ : -), else raise."""
+    if not _EVENT_TYPE_RE.match(event_type):
+        raise ConfigurationError(
+            f"invalid event_type {event_type!r}: use letters, digits and . _ : - (at most 200)"
+        )
+    return event_type
 
 
 @dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(msgspec.field,))
@@ -48,11 +57,7 @@ class _EventMeta(msgspec.StructMeta):
     ) -> Any:
         cls = super().__new__(mcls, name, bases, namespace, **kwargs)
         if event_type is not None:
-            if not _EVENT_TYPE_RE.match(event_type):
-                raise ConfigurationError(
-                    f"invalid event_type {event_type!r}: use letters, digits and . _ : -"
-                )
-            cls.__event_type__ = event_type  # type: ignore[attr-defined]
+            cls.__event_type__ = check_event_type(event_type)  # type: ignore[attr-defined]
         return cls
 
 

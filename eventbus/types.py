@@ -23,6 +23,8 @@ __all__ = [
     "StartFrom",
     "StatusReport",
     "StatusRow",
+    "SubscriptionInfo",
+    "SubscriptionState",
     "WorkerRow",
 ]
 
@@ -30,6 +32,7 @@ EventId = NewType("EventId", int)
 DeliveryId = NewType("DeliveryId", int)
 DeliveryStatus = Literal["pending", "processing", "completed", "dead", "cancelled"]
 StartFrom = Literal["earliest", "latest"]
+SubscriptionState = Literal["active", "paused", "removed"]
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -104,6 +107,28 @@ class WorkerRow(msgspec.Struct, frozen=True):
     silent_seconds: float
 
 
+class SubscriptionInfo(msgspec.Struct, frozen=True):
+    """A subscription as the database knows it, with its backlog.
+
+    ``state``: ``active`` (fanned out and claimed), ``paused`` (fanned out, not
+    claimed) or ``removed`` (neither). ``worker_seen_at`` is when a worker
+    serving it last reported in (None: never), ``silent_seconds`` how long ago
+    that was; ``lag_seconds`` is the age of its oldest runnable pending delivery.
+    """
+
+    name: str
+    event_type: str
+    state: SubscriptionState
+    ordered: bool
+    created_at: datetime
+    worker_seen_at: datetime | None
+    silent_seconds: float | None
+    pending: int
+    processing: int
+    dead: int
+    lag_seconds: float | None
+
+
 class StatusReport(msgspec.Struct, frozen=True):
     """Counts by event type, subscription and status, and the oldest pending age."""
 
@@ -111,3 +136,4 @@ class StatusReport(msgspec.Struct, frozen=True):
     oldest_pending_seconds: float | None
     events: int
     workers: Sequence[WorkerRow] = ()
+    subscriptions: Sequence[SubscriptionInfo] = ()

@@ -19,12 +19,18 @@ _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 
 
 def validate_schema(schema: str) -> str:
-    """Return ``schema`` if it is a plain lower-case identifier, else raise."""
+    """Return ``schema`` if it is a plain lower-case identifier PostgreSQL accepts, else raise.
+
+    At most 63 characters (longer identifiers are truncated by PostgreSQL), and
+    not ``pg_…``, which PostgreSQL reserves for system schemas.
+    """
     if not _SCHEMA_RE.match(schema):
         raise ConfigurationError(
             f"invalid schema name {schema!r}: use lower-case letters, digits and _ "
             "(at most 63 characters, not starting with a digit)"
         )
+    if schema.startswith("pg_"):
+        raise ConfigurationError(f"invalid schema name {schema!r}: PostgreSQL reserves the prefix pg_")
     return schema
 
 

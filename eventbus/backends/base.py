@@ -14,6 +14,7 @@ caller. The docstrings below are the contract the contract suite tests.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -29,7 +30,10 @@ from ..types import (
     PublishResult,
     StartFrom,
     StatusReport,
+    SubscriptionInfo,
 )
+
+log = logging.getLogger("eventbus")
 
 __all__ = [
     "Backend",
@@ -44,6 +48,7 @@ __all__ = [
     "SubscriptionSpec",
     "Wakeups",
     "decode_headers",
+    "warn_not_active",
 ]
 
 
@@ -112,6 +117,16 @@ class Failure(msgspec.Struct, frozen=True):
     worker_id: str
 
 
+def warn_not_active(name: str, state: str) -> None:
+    """Tell the operator of a worker that it serves a subscription nothing is claimed from."""
+    log.warning(
+        "subscription %s is %s: nothing of it is claimed until `eventbus subscriptions resume %s`",
+        name,
+        state,
+        name,
+    )
+
+
 def decode_headers(text: str | None) -> dict[str, str]:
     """Headers as stored (JSON text) back to a dict; anything else is empty."""
     if not text or text == "{}":
@@ -133,11 +148,26 @@ class DeliveryStore(Protocol):
         """
         ...
 
-    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
+    async def register(self, specs: Sequence[SubscriptionSpec], *, served: bool = False) -> dict[str, int]:
         """Record subscriptions (create or update) and return their ids by name.
 
         A subscription seen for the first time with ``start_from="earliest"``
-        gets one delivery for every event of its type already in the log.
+        gets exactly one delivery for every event of its type committed before
+        or after the registration, whatever publish transactions overlapped it
+        (how long they stayed open, their isolation level): what a backfill
+        cannot see yet is owed durably and finished by :meth:`finish_backfills`.
+        A paused or removed subscription keeps its state. With ``served`` (a
+        worker registering what it serves) the subscriptions count as seen by
+        a worker now.
+        """
+        ...
+
+    async def finish_backfills(self) -> int:
+        """Complete owed backfills whose overlapping transactions have all ended; return how many.
+
+        Idempotent and safe to call from any number of processes at once:
+        housekeeping calls it periodically. A backfill stays owed, never
+        dropped, for as long as an overlapping transaction stays open.
         """
         ...
 
@@ -191,8 +221,14 @@ class DeliveryStore(Protocol):
         """Seconds until the subscription's earliest pending delivery is runnable, or None."""
         ...
 
-    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
-        """Record that a worker is alive (or, with ``gone``, that it stopped)."""
+    async def worker_beat(
+        self, worker_id: str, *, gone: bool = False, subscription_ids: Sequence[int] = ()
+    ) -> None:
+        """Record that a worker is alive (or, with ``gone``, that it stopped).
+
+        A live worker also marks the ``subscription_ids`` it serves as seen by
+        a worker now.
+        """
         ...
 
 
@@ -237,6 +273,10 @@ class Inspector(Protocol):
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
         ...
 
+    async def list_subscriptions(self) -> list[SubscriptionInfo]:
+        """Every recorded subscription by name, with state, last worker report and backlog."""
+        ...
+
 
 class Operator(Protocol):
     """Guarded admin writes by id: each touches only rows still in the expected state."""
@@ -251,6 +291,31 @@ class Operator(Protocol):
 
     async def cancel_ids(self, ids: Sequence[int]) -> int:
         """Pending -> cancelled; returns how many moved."""
+        ...
+
+    async def pause_subscription(self, name: str) -> bool:
+        """Active -> paused: fan-out goes on, claims stop. False if it was not active.
+
+        :class:`NotFound` if no subscription has this name.
+        """
+        ...
+
+    async def resume_subscription(self, name: str) -> bool:
+        """Paused or removed -> active, waking workers for its backlog. False if it was active.
+
+        :class:`NotFound` if no subscription has this name.
+        """
+        ...
+
+    async def remove_subscription(self, name: str) -> int:
+        """Mark removed and cancel its pending deliveries, in one transaction.
+
+        Fan-out and claims skip a removed subscription from the commit on; its
+        dead deliveries stay for inspection and purge. Removing it again
+        cancels what came back to pending since (a delivery that was running).
+        Returns how many pending deliveries were cancelled; :class:`NotFound`
+        if no subscription has this name.
+        """
         ...
 
 

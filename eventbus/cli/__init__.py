@@ -1,4 +1,4 @@
-"""Command line: ``eventbus migrate | worker | publish | status | dlq | bench``.
+"""Command line: ``eventbus migrate | worker | publish | cancel | status | subscriptions | dlq | bench``.
 
 The database comes from ``--dsn`` or ``$EVENTBUS_DSN`` and defaults to the
 embedded SQLite file. User mistakes print one line and exit non-zero.
@@ -15,12 +15,12 @@ import click
 import msgspec
 import orjson
 
-from ..errors import ConfigurationError
 from ..types import StatusReport
 from ..worker import Worker
 from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
 from .dlq import dlq
+from .subscriptions import subscriptions, unserved_note
 
 __all__ = ["main"]
 
@@ -37,7 +37,8 @@ def cli(ctx: click.Context, dsn: str | None, schema: str | None, verbose: int) -
     """eventbus: a durable, typed event bus."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    ctx.obj = Obj(dsn, schema)
+    given = ctx.get_parameter_source("schema") == click.core.ParameterSource.COMMANDLINE
+    ctx.obj = Obj(dsn, schema, schema_on_command_line=given)
 
 
 @cli.command()
@@ -85,8 +86,7 @@ def worker(
 
     async def go() -> int:
         bus = load_app(app)
-        if obj.dsn and obj.dsn != bus.dsn:
-            raise ConfigurationError(f"--dsn differs from the DSN {app} was built with")
+        obj.check_worker_target(bus, app)
         w = Worker(
             bus,
             concurrency=concurrency,
@@ -152,14 +152,29 @@ def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: flo
         raise click.BadParameter("must be a JSON object", param_hint="PAYLOAD")
 
     async def go() -> Any:
-        bus = load_app(app) if app else obj.bus()
-        async with bus:
-            if app:
-                bus.validate_payload(event_type, orjson.dumps(body))
+        app_bus = load_app(app) if app else None
+        if app_bus is not None:
+            app_bus.validate_payload(event_type, orjson.dumps(body))
+        async with obj.publisher_for(app_bus) if app_bus is not None else obj.bus() as bus:
             return await bus.publish_raw(event_type, orjson.dumps(body), key=key, delay=delay)
 
     result = run(go)
     click.echo(f"event {result.event_id}" + (" (duplicate key)" if result.duplicate else ""))
+
+
+@cli.command()
+@click.argument("ids", nargs=-1, type=int, required=True)
+@click.pass_obj
+def cancel(obj: Obj, ids: tuple[int, ...]) -> None:
+    """Cancel pending deliveries by ID; deliveries in any other state are left alone."""
+
+    async def go() -> int:
+        async with obj.bus() as bus:
+            return await bus.cancel(ids)
+
+    count = run(go)
+    skipped = len(set(ids)) - count
+    click.echo(f"cancelled: {count}" + (f" ({skipped} not pending, left alone)" if skipped else ""))
 
 
 @cli.command()
@@ -188,9 +203,14 @@ def status(obj: Obj, as_json: bool) -> None:
             f"worker {w.id} {w.hostname}:{w.pid} listener {listener} "
             f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s"
         )
+    for s in report.subscriptions:
+        note = unserved_note(s)
+        if note:
+            click.echo(note)
 
 
 cli.add_command(dlq)
+cli.add_command(subscriptions)
 cli.add_command(bench)
 
 

@@ -49,11 +49,46 @@ def load_app(spec: str) -> Bus:
 
 
 class Obj(msgspec.Struct):
+    """The database options of the command line (``--dsn``, ``--schema`` or their variables)."""
+
     dsn: str | None
     schema: str | None
+    schema_on_command_line: bool = False
 
     def bus(self) -> Bus:
-        return Bus(self.dsn, schema=self.schema)
+        return self._checked(Bus(self.dsn, schema=self.schema))
+
+    def publisher_for(self, app: Bus) -> Bus:
+        """Where ``publish --app`` writes: the options when given, else the app's own database."""
+        if not self.dsn and not self.schema:
+            return app
+        return self._checked(Bus(self.dsn or app.dsn, schema=self.schema or _schema_of(app)))
+
+    def check_worker_target(self, app: Bus, spec: str) -> None:
+        """A worker serves the app's bus as built: options that name another database are refused."""
+        if self.dsn and self.dsn != app.dsn:
+            raise ConfigurationError(
+                f"--dsn (or EVENTBUS_DSN) names another database than {spec} was built with"
+            )
+        schema = _schema_of(app)
+        if self.schema and schema is not None and self.schema != schema:
+            raise ConfigurationError(
+                f"--schema {self.schema} differs from the schema {spec} was built with ({schema}); "
+                "set EVENTBUS_SCHEMA for both or pass schema= to its Bus"
+            )
+        self._checked(app)
+
+    def _checked(self, bus: Bus) -> Bus:
+        if self.schema_on_command_line and _schema_of(bus) is None:
+            raise ConfigurationError(
+                f"--schema applies to PostgreSQL only; {bus.backend.kind} has no schemas"
+            )
+        return bus
+
+
+def _schema_of(bus: Bus) -> str | None:
+    schema = getattr(bus.backend, "schema", None)
+    return schema if isinstance(schema, str) else None
 
 
 def enc_hook(value: Any) -> Any:

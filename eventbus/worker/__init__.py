@@ -27,7 +27,7 @@ import anyio.lowlevel
 from ..backends._wakeup import SWEEP
 from ..backends.base import ClaimedDelivery, Completion, Failure
 from ..context import Context
-from ..errors import BackendError, DecodeError, HandlerInterrupted, HandlerTimeout
+from ..errors import BackendError, ConfigurationError, DecodeError, HandlerInterrupted, HandlerTimeout
 from ..event import Event, decode_event
 from ..retry import Outcome
 from ..router import Subscription
@@ -86,6 +86,22 @@ class _Queue(Generic[T]):
         return items
 
 
+def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
+    """Refuse settings that would busy-loop, never run or serve nothing, with the reason."""
+    for name, count in counts.items():
+        if count < 1:
+            raise ConfigurationError(f"{name} must be at least 1, got {count}")
+    for name, interval in seconds.items():
+        zero_ok = name == "grace_seconds"
+        if not math.isfinite(interval) or interval < 0 or (interval == 0 and not zero_ok):
+            least = "zero or more" if zero_ok else "more than zero"
+            raise ConfigurationError(f"{name} must be a finite number of seconds, {least}; got {interval}")
+    unknown = sorted(set(names or ()) - set(bus.subscriptions))
+    if unknown:
+        known = ", ".join(sorted(bus.subscriptions)) or "none"
+        raise ConfigurationError(f"no subscription named {', '.join(unknown)} in this bus (it has: {known})")
+
+
 @dataclass
 class _InFlight:
     token: str
@@ -122,6 +138,14 @@ class Worker:
         subscriptions: Sequence[str] | None = None,
         recovery_interval_seconds: float = 1.0,
     ) -> None:
+        _check_settings(
+            bus,
+            subscriptions,
+            {"concurrency": concurrency, "batch_size": batch_size},
+            poll_interval_seconds=poll_interval_seconds,
+            grace_seconds=grace_seconds,
+            recovery_interval_seconds=recovery_interval_seconds,
+        )
         self.bus = bus
         self.backend = bus.backend
         self.concurrency = max(1, concurrency)
@@ -201,7 +225,7 @@ class Worker:
 
     async def _register(self) -> None:
         subs = [s for s in self.bus.subscriptions.values() if self.names is None or s.name in self.names]
-        ids = await self.bus.register([s.name for s in subs])
+        ids = await self.bus.register([s.name for s in subs], served=True)
         for sub in subs:
             active = _Active(sub, ids[sub.name])
             self._active[active.id] = active
@@ -461,7 +485,7 @@ class Worker:
         beat_every = max(1, round(5.0 / self.recovery_interval_seconds))
         for turn in itertools.count():
             try:
-                if await self.backend.recover_expired():
+                if await self.backend.recover_expired() + await self.backend.finish_backfills():
                     self.backend.wake_local({SWEEP})
                 if turn % beat_every == 0:
                     await self._beat()
@@ -471,7 +495,7 @@ class Worker:
 
     async def _beat(self, *, gone: bool = False) -> None:
         try:
-            await self.backend.worker_beat(self.id, gone=gone)
+            await self.backend.worker_beat(self.id, gone=gone, subscription_ids=list(self._active))
         except BackendError as exc:
             log.debug("worker heartbeat not written: %s", exc)
 

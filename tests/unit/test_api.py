@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 import eventbus
@@ -13,9 +16,11 @@ from eventbus import (
     Event,
     HandlerSignatureError,
     RetryPolicy,
+    Worker,
 )
 from eventbus.backends._migrations import Migration, discover, pending
 from eventbus.backends._sql import validate_schema
+from eventbus.backends.postgres import PostgresBackend
 from eventbus.event import decode_event, encode_event
 
 from ..helpers import OrderPlaced, PaymentRequested
@@ -74,7 +79,7 @@ def test_event_types_are_validated_and_round_trip() -> None:
     assert decode_event(OrderPlaced, encode_event(event)) == event
 
 
-@pytest.mark.parametrize("name", ["Eventbus", "1abc", "a-b", 'x"; drop', "a" * 64, ""])
+@pytest.mark.parametrize("name", ["Eventbus", "1abc", "a-b", 'x"; drop', "a" * 64, "", "pg_events"])
 def test_schema_names_must_be_plain_identifiers(name: str) -> None:
     with pytest.raises(ConfigurationError):
         validate_schema(name)
@@ -83,7 +88,8 @@ def test_schema_names_must_be_plain_identifiers(name: str) -> None:
 def test_migration_files_are_named_and_refused_when_edited() -> None:
     for backend in ("postgres", "sqlite"):
         found = discover(backend)
-        assert [m.version for m in found] == list(range(1, len(found) + 1))
+        versions = [m.version for m in found]
+        assert versions[0] == 1 and versions == sorted(set(versions))
         assert {m.name.split("_", 1)[1] for m in found} == {
             m.name.split("_", 1)[1] for m in discover("postgres")
         }
@@ -92,3 +98,61 @@ def test_migration_files_are_named_and_refused_when_edited() -> None:
     edited = Migration(1, first.name, first.sql + "\n-- edited")
     with pytest.raises(eventbus.MigrationChecksumMismatch):
         pending([edited], {1: first.checksum})
+
+
+@pytest.mark.parametrize("schema", ["a" * 54, "a" * 55, "a" * 63, "b" + "a" * 62])
+def test_every_valid_schema_has_its_own_notify_channel(schema: str) -> None:
+    backend = PostgresBackend("postgresql://u@h/db", schema)
+    assert len(backend.notify_channel.encode()) <= 63
+    assert backend.notify_channel != PostgresBackend("postgresql://u@h/db", schema[:-1] + "z").notify_channel
+
+
+@pytest.mark.parametrize("dsn", ["postgresql://h:abc/db", "postgresql://[::1/db", "postgresql://a:1,b:x/db"])
+def test_malformed_dsns_are_refused_at_construction(dsn: str) -> None:
+    with pytest.raises(ConfigurationError, match="invalid PostgreSQL DSN"):
+        Bus(dsn)
+
+
+def test_multi_host_and_ipv6_dsns_are_accepted() -> None:
+    for dsn in ("postgresql://u@a:5432,b:5433/db", "postgresql://u@[::1]:5432/db", "postgresql://u@[::1]/db"):
+        assert Bus(dsn).backend.kind == "postgres"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"recovery_interval_seconds": 0}, "recovery_interval_seconds must be"),
+        ({"recovery_interval_seconds": -1}, "recovery_interval_seconds must be"),
+        ({"poll_interval_seconds": 0}, "poll_interval_seconds must be"),
+        ({"poll_interval_seconds": float("inf")}, "poll_interval_seconds must be"),
+        ({"grace_seconds": -1}, "grace_seconds must be"),
+        ({"concurrency": 0}, "concurrency must be at least 1"),
+        ({"batch_size": -5}, "batch_size must be at least 1"),
+        ({"subscriptions": ["charge", "chrage"]}, "no subscription named chrage"),
+    ],
+)
+def test_worker_refuses_settings_that_cannot_work(options: dict[str, Any], message: str) -> None:
+    bus = Bus("sqlite:///unused.db")
+
+    @bus.subscribe(OrderPlaced, name="charge")
+    async def charge(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match=message):
+        Worker(bus, **options)
+    Worker(bus, grace_seconds=0, subscriptions=["charge"])  # zero grace is a valid choice
+
+
+@pytest.mark.parametrize("delay", [float("inf"), float("nan"), 1e300, -1])
+async def test_publish_refuses_delays_that_never_run(delay: float, tmp_path: Path) -> None:
+    bus = Bus(f"sqlite:///{tmp_path / 'bus.db'}", migrate=True)
+    try:
+        with pytest.raises(ConfigurationError, match="delay"):
+            await bus.publish(OrderPlaced(order_id="o"), delay=delay)
+        with pytest.raises(ConfigurationError, match="delay"):
+            await bus.publish_raw("test.order_placed", b"{}", delay=delay)
+        with pytest.raises(ConfigurationError, match="invalid event_type"):
+            await bus.publish_raw("has space", b"{}")
+        assert (await bus.status()).events == 0
+    finally:
+        await bus.aclose()

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import socket
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
@@ -17,6 +19,7 @@ import orjson
 from ...errors import (
     BackendError,
     BackendUnavailable,
+    ConfigurationError,
     EventBusError,
     NotFound,
     PublishError,
@@ -32,6 +35,7 @@ from ...types import (
     PublishResult,
     StatusReport,
     StatusRow,
+    SubscriptionInfo,
     WorkerRow,
 )
 from .. import _migrations as migrations
@@ -43,6 +47,7 @@ from ..base import (
     OutgoingEvent,
     SubscriptionSpec,
     decode_headers,
+    warn_not_active,
 )
 from ._listener import PostgresListener
 
@@ -63,21 +68,59 @@ _UNAVAILABLE = (
 )
 
 
+# Backfills owed at registration are finished inline when the transactions
+# that overlapped it end this soon; housekeeping finishes the others.
+_INLINE_BACKFILL_SECONDS = 2.0
+
+
 @contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Map driver errors to eventbus errors, keeping the cause."""
+def translate_errors(operation: str = "the operation", timeout: float | None = None) -> Iterator[None]:
+    """Map driver errors to eventbus errors, keeping the cause.
+
+    ``operation`` names what was being done, for the message of a timeout
+    (``TimeoutError`` is an ``OSError``, so it is told apart first).
+    """
     try:
         yield
     except EventBusError:
         raise
     except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
         raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+    except TimeoutError as exc:
+        within = f" within {timeout:g}s" if timeout is not None else ""
+        raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc
     except _UNAVAILABLE as exc:
-        raise BackendUnavailable(f"PostgreSQL is unavailable: {exc}") from exc
+        raise BackendUnavailable(f"PostgreSQL is unavailable: {exc or type(exc).__name__}") from exc
     except asyncpg.PostgresError as exc:
         raise BackendError(f"PostgreSQL refused the operation: {exc}") from exc
-    except TimeoutError as exc:
-        raise BackendUnavailable(f"PostgreSQL did not answer in time: {exc}") from exc
+
+
+def notify_channel(schema: str) -> str:
+    """The NOTIFY channel of a schema: ``eventbus_<schema>``, kept within PostgreSQL's 63 bytes.
+
+    A longer name keeps a prefix of the schema and adds a hash of all of it,
+    so every valid schema has its own channel.
+    """
+    channel = f"eventbus_{schema}"
+    if len(channel) <= 63:
+        return channel
+    digest = hashlib.sha256(schema.encode()).hexdigest()[:16]
+    return f"{channel[:46]}_{digest}"
+
+
+def check_dsn(dsn: str) -> str:
+    """Refuse a PostgreSQL DSN whose host or port cannot be parsed (one host or several)."""
+    try:
+        netloc = urllib.parse.urlsplit(dsn).netloc
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
+    for host in netloc.rpartition("@")[2].split(","):
+        port = host.rpartition("]")[2] if host.startswith("[") else host
+        if host.startswith("[") and "]" not in host:
+            raise ConfigurationError(f"invalid PostgreSQL DSN: unclosed [ in host {host!r}")
+        if ":" in port and not port.rpartition(":")[2].isdigit():
+            raise ConfigurationError(f"invalid PostgreSQL DSN: port of {host!r} is not a number")
+    return dsn
 
 
 async def _keep_session(conn: Any) -> None:
@@ -141,11 +184,11 @@ class PostgresBackend:
         command_timeout: float = 60.0,
         migrate: bool = False,
     ) -> None:
-        self.dsn = dsn
+        self.dsn = check_dsn(dsn)
         self.auto_migrate = migrate
         self._ready = False
         self.schema = validate_schema(schema)
-        self.notify_channel = f"eventbus_{self.schema}"
+        self.notify_channel = notify_channel(self.schema)
         self.q = load_queries("postgres", self.schema)
         self._pool_size = (min_pool_size, max_pool_size)
         self._command_timeout = command_timeout
@@ -175,21 +218,24 @@ class PostgresBackend:
 
     async def _ensure_pool(self) -> asyncpg.Pool:
         if self._pool is None:
-            with translate_errors():
-                self._pool = await asyncpg.create_pool(
-                    self.dsn,
-                    min_size=self._pool_size[0],
-                    max_size=self._pool_size[1],
-                    command_timeout=self._command_timeout,
-                    reset=_keep_session,
-                )
+            with translate_errors("connecting", self._command_timeout):
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self.dsn,
+                        min_size=self._pool_size[0],
+                        max_size=self._pool_size[1],
+                        command_timeout=self._command_timeout,
+                        reset=_keep_session,
+                    )
+                except ValueError as exc:  # the DSN (asyncpg parses it here)
+                    raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
 
     @contextlib.asynccontextmanager
-    async def _pool_conn(self) -> AsyncIterator[Any]:
+    async def _pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:
         """A pooled connection, without the schema check of :meth:`open`."""
         pool = await self._ensure_pool()
-        with translate_errors():
+        with translate_errors(operation, self._command_timeout):
             async with pool.acquire() as conn:
                 yield conn
 
@@ -204,20 +250,20 @@ class PostgresBackend:
                 pool.terminate()  # also when the caller gave up waiting for the graceful close
 
     @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[Any]:
+    async def _conn(self, operation: str = "a query") -> AsyncIterator[Any]:
         await self.open()
-        async with self._pool_conn() as conn:
+        async with self._pool_conn(operation) as conn:
             yield conn
 
     @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[Any]:
-        async with self._conn() as conn, conn.transaction():
+    async def _tx(self, operation: str = "a transaction") -> AsyncIterator[Any]:
+        async with self._conn(operation) as conn, conn.transaction():
             yield conn
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations, one transaction per file; return the names applied."""
         applied_now: list[str] = []
-        async with self._pool_conn() as conn:
+        async with self._pool_conn("migrate") as conn:
             while (name := await self._migrate_next(conn)) is not None:
                 applied_now.append(name)
         self._ready = True
@@ -257,14 +303,14 @@ class PostgresBackend:
     async def publish(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         if not events:
             return []
-        async with self._conn() as conn:
+        async with self._conn("publish") as conn:
             return await self._publish_on(conn, events)
 
     async def publish_in(self, connection: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         """Publish on the caller's asyncpg connection: the events exist only if its transaction commits."""
         if not events:
             return []
-        with translate_errors():
+        with translate_errors("publish", self._command_timeout):
             return await self._publish_on(connection, events)
 
     async def _publish_on(
@@ -284,10 +330,10 @@ class PostgresBackend:
 
     # -- subscriptions ---------------------------------------------------
 
-    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
+    async def register(self, specs: Sequence[SubscriptionSpec], *, served: bool = False) -> dict[str, int]:
         ids: dict[str, int] = {}
-        backfilled: list[tuple[int, SubscriptionSpec]] = []
-        async with self._tx() as conn:
+        owed: list[int] = []
+        async with self._tx("register") as conn:
             for spec in specs:
                 row = await conn.fetchrow(
                     self.q["register"],
@@ -296,6 +342,7 @@ class PostgresBackend:
                     spec.max_attempts,
                     spec.lease_seconds,
                     spec.ordered,
+                    served,
                 )
                 if row is None:
                     raise RegistrationError(
@@ -303,33 +350,44 @@ class PostgresBackend:
                         "pick a new name for a new event type"
                     )
                 ids[spec.name] = row["id"]
+                if served and row["state"] != "active":
+                    warn_not_active(spec.name, row["state"])
                 if row["created"] and spec.start_from == "earliest":
-                    await self._backfill_on(conn, row["id"], spec)
-                    backfilled.append((row["id"], spec))
-        if backfilled:
-            await self._backfill_after_concurrent_publishers(backfilled)
+                    await conn.execute(self.q["backfill"], row["id"])
+                    await conn.execute(self.q["backfill_owed"], row["id"])
+                    owed.append(row["id"])
+        if owed:
+            await self._finish_backfills_soon(owed, _INLINE_BACKFILL_SECONDS)
+        else:
+            await self.finish_backfills()  # what an earlier registration left owed
         return ids
 
-    async def _backfill_on(self, conn: Any, subscription_id: int, spec: SubscriptionSpec) -> None:
-        await conn.execute(self.q["backfill"], subscription_id, spec.event_type, spec.ordered)
+    async def _finish_backfills_soon(self, owed: list[int], seconds: float) -> None:
+        """Finish the backfills ``owed`` if their overlapping transactions end within ``seconds``.
 
-    async def _backfill_after_concurrent_publishers(
-        self, backfilled: list[tuple[int, SubscriptionSpec]], settle_seconds: float = 5.0
-    ) -> None:
-        """Backfill again once every transaction that overlapped the registration ended.
-
-        A publish whose snapshot predates the new subscription fans out without
-        it, and the first backfill cannot see that event if it was still
-        uncommitted. Once the oldest running transaction is younger than the
-        registration, a second pass (idempotent) catches every such event.
+        The backfill in the registering transaction saw every event committed
+        before it; what it could not see is left to :meth:`finish_backfills`.
         """
-        async with self._conn() as conn:
-            horizon = await conn.fetchval(self.q["snapshot_horizon"])
-            with anyio.move_on_after(settle_seconds):
-                while not await conn.fetchval(self.q["snapshot_passed"], horizon):  # noqa: ASYNC110
-                    await anyio.sleep(0.02)
-            for subscription_id, spec in backfilled:
-                await self._backfill_on(conn, subscription_id, spec)
+        with anyio.move_on_after(seconds):
+            while True:
+                await self.finish_backfills()
+                async with self._conn("finishing backfills") as conn:
+                    if not await conn.fetchval(self.q["backfills_exist"], owed):
+                        return
+                await anyio.sleep(0.02)
+
+    async def finish_backfills(self) -> int:
+        async with self._conn("finishing backfills") as conn:
+            if not await conn.fetchval(self.q["backfills_exist"], None):
+                return 0
+            await conn.execute(self.q["backfill_sessions"])
+            finished = 0
+            for row in await conn.fetch(self.q["backfills_settled"]):
+                async with conn.transaction():
+                    if await conn.fetchval(self.q["backfill_settle"], row[0]) is not None:
+                        await conn.execute(self.q["backfill"], row[0])
+                        finished += 1
+        return finished
 
     # -- the delivery state machine -------------------------------------
 
@@ -350,7 +408,7 @@ class PostgresBackend:
             query, args = self.q["claim_after"], (*args, *after)
         else:
             query = self.q["claim"]
-        async with self._conn() as conn:
+        async with self._conn("claim") as conn:
             try:
                 rows = await conn.fetch(query, *args)
             except asyncpg.exceptions.UniqueViolationError:
@@ -384,7 +442,7 @@ class PostgresBackend:
         for c in completions:
             by_token.setdefault(c.lease_token, []).append(c.delivery_id)
         done: set[DeliveryId] = set()
-        async with self._tx() as conn:
+        async with self._tx("complete") as conn:
             for token, ids in by_token.items():
                 rows = await conn.fetch(self.q["complete"], ids, token)
                 done.update(DeliveryId(r[0]) for r in rows)
@@ -397,7 +455,7 @@ class PostgresBackend:
         if not failures:
             return set()
         f = failures
-        async with self._conn() as conn:
+        async with self._conn("fail") as conn:
             rows = await conn.fetch(
                 self.q["fail"],
                 [x.delivery_id for x in f],
@@ -415,24 +473,24 @@ class PostgresBackend:
     async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
         if not ids:
             return 0
-        async with self._conn() as conn:
+        async with self._conn("release") as conn:
             result = await conn.execute(self.q["release"], list(ids), lease_token)
         return int(result.split()[-1])
 
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
     ) -> set[DeliveryId]:
-        async with self._conn() as conn:
+        async with self._conn("lease renewal") as conn:
             rows = await conn.fetch(self.q["extend"], list(ids), lease_token, lease_seconds)
         return {DeliveryId(r[0]) for r in rows}
 
     async def recover_expired(self, limit: int = 1000) -> int:
-        async with self._conn() as conn:
+        async with self._conn("lease recovery") as conn:
             rows = await conn.fetch(self.q["recover_expired"], limit)
         return len(rows)
 
     async def next_run_in(self, subscription_id: int) -> float | None:
-        async with self._conn() as conn:
+        async with self._conn("next_run_in") as conn:
             value = await conn.fetchval(self.q["next_run_in"], subscription_id)
         return None if value is None else float(value)
 
@@ -448,8 +506,10 @@ class PostgresBackend:
         """Wake this process's worker without a round trip to the database."""
         self.listener.push(event_types)
 
-    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
-        async with self._conn() as conn:
+    async def worker_beat(
+        self, worker_id: str, *, gone: bool = False, subscription_ids: Sequence[int] = ()
+    ) -> None:
+        async with self._conn("worker heartbeat") as conn:
             if gone:
                 await conn.execute(self.q["worker_gone"], uuid.UUID(worker_id))
                 return
@@ -461,24 +521,33 @@ class PostgresBackend:
                 self.listener.healthy,
                 self.listener.reconnects,
             )
+            if subscription_ids:
+                await conn.execute(self.q["subscriptions_seen"], list(subscription_ids))
 
     # -- operations ------------------------------------------------------
 
     async def status(self) -> StatusReport:
-        async with self._conn() as conn:
+        async with self._conn("status") as conn:
             rows = await conn.fetch(self.q["status"])
             oldest = await conn.fetchval(self.q["status_oldest_pending"])
             events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
+            subscriptions = await conn.fetch(self.q["subscriptions"])
         return StatusReport(
             rows=[StatusRow(**dict(r)) for r in rows],
             oldest_pending_seconds=oldest,
             events=events,
             workers=[WorkerRow(**dict(w)) for w in workers],
+            subscriptions=[SubscriptionInfo(**dict(r)) for r in subscriptions],
         )
 
+    async def list_subscriptions(self) -> list[SubscriptionInfo]:
+        async with self._conn("list subscriptions") as conn:
+            rows = await conn.fetch(self.q["subscriptions"])
+        return [SubscriptionInfo(**dict(r)) for r in rows]
+
     async def show(self, delivery_id: int) -> DeliveryDetail:
-        async with self._conn() as conn:
+        async with self._conn("show") as conn:
             row = await conn.fetchrow(self.q["detail"], delivery_id)
             if row is None:
                 raise NotFound(f"no delivery {delivery_id}")
@@ -489,7 +558,7 @@ class PostgresBackend:
         self, flt: DeadLetterFilter, limit: int = 100, after_id: int = 0
     ) -> list[DeliveryDetail]:
         ids = list(flt.ids) if flt.ids is not None else None
-        async with self._conn() as conn:
+        async with self._conn("list_dead") as conn:
             rows = await conn.fetch(
                 self.q["list_dead"],
                 ids,
@@ -503,14 +572,14 @@ class PostgresBackend:
 
     async def dead_ids(self, flt: DeadLetterFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
         ids = list(flt.ids) if flt.ids is not None else None
-        async with self._conn() as conn:
+        async with self._conn("dead_ids") as conn:
             rows = await conn.fetch(
                 self.q["dead_ids"], ids, flt.subscription, flt.event_type, flt.since, after_id, limit
             )
         return [DeliveryId(r["id"]) for r in rows]
 
     async def replay_ids(self, ids: Sequence[int]) -> int:
-        async with self._tx() as conn:
+        async with self._tx("replay") as conn:
             rows = await conn.fetch(self.q["replay"], list(ids))
             subs = sorted({r["subscription_id"] for r in rows})
             if subs:
@@ -518,13 +587,42 @@ class PostgresBackend:
         return len(rows)
 
     async def purge_ids(self, ids: Sequence[int]) -> int:
-        async with self._conn() as conn:
+        async with self._conn("purge") as conn:
             return int(await conn.fetchval(self.q["purge"], list(ids)))
 
     async def cancel_ids(self, ids: Sequence[int]) -> int:
-        async with self._conn() as conn:
+        async with self._conn("cancel") as conn:
             rows = await conn.fetch(self.q["cancel"], list(ids))
         return len(rows)
+
+    async def pause_subscription(self, name: str) -> bool:
+        async with self._tx("pause subscription") as conn:
+            return await self._move_subscription(conn, name, "paused", ["active"]) is not None
+
+    async def resume_subscription(self, name: str) -> bool:
+        async with self._tx("resume subscription") as conn:
+            row = await self._move_subscription(conn, name, "active", ["paused", "removed"])
+            if row is not None:
+                await conn.execute(self.q["notify_subscriptions"], self.notify_channel, [row["id"]])
+        return row is not None
+
+    async def remove_subscription(self, name: str) -> int:
+        async with self._tx("remove subscription") as conn:
+            # Again on a removed one: a delivery that was running then may have come back to pending.
+            row = await self._move_subscription(conn, name, "removed", ["active", "paused", "removed"])
+            if row is None:
+                return 0
+            result = await conn.execute(self.q["cancel_subscription"], row["id"])
+        return int(result.split()[-1])
+
+    async def _move_subscription(
+        self, conn: Any, name: str, state: str, from_states: list[str]
+    ) -> asyncpg.Record | None:
+        """One guarded state change; :class:`NotFound` when no subscription has the name."""
+        row = await conn.fetchrow(self.q["subscription_state"], name, state, from_states)
+        if row is None and await conn.fetchval(self.q["subscription_exists"], name) is None:
+            raise NotFound(f"no subscription named {name!r}")
+        return row  # type: ignore[no-any-return]
 
 
 def resolve_results(

@@ -6,7 +6,8 @@
 -- One round trip for any number of events: insert the events (skipping
 -- duplicate keys), fan out one delivery per subscription of each type, and
 -- NOTIFY once per event type (PostgreSQL folds identical notifications of one
--- transaction into one).
+-- transaction into one). A removed subscription gets nothing; a paused one
+-- keeps its backlog growing until it is resumed.
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
                          $6::bigint[], $7::bigint[], $8::text[])
@@ -23,7 +24,8 @@ WITH input AS (
 ), fanout AS (
     INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
     SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at
-    FROM ins JOIN {schema}.subscriptions s ON s.event_type = ins.event_type
+    FROM ins JOIN {schema}.subscriptions s
+      ON s.event_type = ins.event_type AND s.state <> 'removed'
 ), notified AS (
     SELECT pg_notify($9, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
 )
@@ -38,32 +40,92 @@ JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
 
 -- name: register
 -- Upsert by name; a name already bound to another event type returns no row.
-INSERT INTO {schema}.subscriptions (name, event_type, max_attempts, lease_seconds, ordered)
-VALUES ($1, $2, $3, $4, $5)
+-- The state (paused, removed) is the operator's and is left alone; $6 says a
+-- worker serving the subscription registers it.
+INSERT INTO {schema}.subscriptions (name, event_type, max_attempts, lease_seconds, ordered,
+                                    worker_seen_at)
+VALUES ($1, $2, $3, $4, $5, CASE WHEN $6::bool THEN now() END)
 ON CONFLICT (name) DO UPDATE
     SET max_attempts = EXCLUDED.max_attempts, lease_seconds = EXCLUDED.lease_seconds,
-        ordered = EXCLUDED.ordered, last_seen_at = now()
+        ordered = EXCLUDED.ordered, last_seen_at = now(),
+        worker_seen_at = coalesce(EXCLUDED.worker_seen_at, {schema}.subscriptions.worker_seen_at)
     WHERE {schema}.subscriptions.event_type = EXCLUDED.event_type
-RETURNING id, (xmax = 0) AS created;
+RETURNING id, (xmax = 0) AS created, state;
 
 -- name: backfill
--- A new subscription reads the retained log from the start.
+-- A new subscription reads the retained log from the start. Idempotent (the
+-- unique (event, subscription) pair), so it may run any number of times.
 INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
-SELECT e.id, $1, CASE WHEN $3 THEN e.ordering_key END, e.deliver_at
-FROM {schema}.events e WHERE e.event_type = $2
+SELECT e.id, s.id, CASE WHEN s.ordered THEN e.ordering_key END, e.deliver_at
+FROM {schema}.subscriptions s
+JOIN {schema}.events e ON e.event_type = s.event_type
+WHERE s.id = $1 AND s.state <> 'removed'
+ORDER BY e.id
 ON CONFLICT (event_id, subscription_id) DO NOTHING;
 
--- name: snapshot_horizon
--- The first transaction id not yet started when this runs.
-SELECT pg_snapshot_xmax(pg_current_snapshot())::text;
+-- name: backfill_owed
+-- Recorded in the registering transaction: it commits with the subscription.
+INSERT INTO {schema}.subscription_backfills (subscription_id, registered_xid)
+VALUES ($1, pg_current_xact_id())
+ON CONFLICT (subscription_id) DO NOTHING;
 
--- name: snapshot_passed
--- Whether every transaction older than the horizon has ended.
-SELECT pg_snapshot_xmin(pg_current_snapshot()) >= $1::text::xid8;
+-- name: backfills_exist
+-- Any owed backfill (of the subscriptions $1, or of any when NULL)?
+SELECT EXISTS (SELECT 1 FROM {schema}.subscription_backfills
+               WHERE $1::int[] IS NULL OR subscription_id = ANY($1::int[]));
+
+-- name: backfill_sessions
+-- For owed backfills this session can see (their subscription committed
+-- before this statement began): the transactions of this database that may
+-- have published without seeing it. Such a transaction is, at this moment,
+-- either still in the statement whose snapshot predates the registration (its
+-- oldest snapshot is then not newer than the registering transaction) or past
+-- it with the xid it wrote under, whatever its isolation level. Vacuum never
+-- publishes. Virtual transaction ids name a transaction, not a session; every
+-- transaction holds its own until it ends. The xids (with those of prepared
+-- transactions) cover one that prepares later. pg_stat_activity shows datid,
+-- backend_xid and backend_xmin of every role's sessions, so no privilege is
+-- needed.
+UPDATE {schema}.subscription_backfills b
+SET open_vxids = ARRAY(
+    SELECT l.virtualxid
+    FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+    WHERE l.locktype = 'virtualxid' AND l.granted AND a.pid <> pg_backend_pid()
+      AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND a.backend_type IS DISTINCT FROM 'autovacuum worker'
+      AND (a.backend_xid IS NOT NULL
+           OR age(a.backend_xmin) >= age(b.registered_xid::xid))),
+    open_xids = ARRAY(
+    SELECT a.backend_xid::text FROM pg_stat_activity a
+    WHERE a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND a.backend_xid IS NOT NULL
+    UNION ALL
+    SELECT p.transaction::text FROM pg_prepared_xacts p WHERE p.database = current_database())
+WHERE b.open_vxids IS NULL;
+
+-- name: backfills_settled
+-- Owed backfills whose overlapping transactions have all ended: no open_vxids
+-- is held any more, and none of open_xids waits as a prepared transaction (a
+-- transaction that prepares releases its vxid but keeps its xid). A transaction's locks are released only after
+-- its commit became visible, so the next backfill sees what it published.
+SELECT b.subscription_id FROM {schema}.subscription_backfills b
+WHERE b.open_vxids IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM pg_locks l
+                  WHERE l.locktype = 'virtualxid' AND l.granted
+                    AND l.virtualxid = ANY(b.open_vxids))
+  AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts p
+                  WHERE p.transaction::text = ANY(b.open_xids))
+ORDER BY 1;
+
+-- name: backfill_settle
+-- Guarded: of processes finishing one backfill at once, one deletes the row
+-- and runs the last backfill in the same transaction.
+DELETE FROM {schema}.subscription_backfills WHERE subscription_id = $1 RETURNING subscription_id;
 
 -- name: claim
 -- Lock up to $2 runnable rows with SKIP LOCKED (served by deliveries_pending),
 -- take them under a lease and a fresh token, and return them with their payload.
+-- Only an active subscription is claimed from (a one-row check, evaluated once).
 -- `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the
 -- planner thinks of the table's size.
 WITH claimed AS (
@@ -74,6 +136,7 @@ WITH claimed AS (
     WHERE d.id = ANY(ARRAY(
         SELECT id FROM {schema}.deliveries
         WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
+          AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
         ORDER BY run_at, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
@@ -99,6 +162,7 @@ WITH claimed AS (
         SELECT id FROM {schema}.deliveries
         WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
           AND (run_at, id) > ($6::timestamptz, $7::bigint)
+          AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
         ORDER BY run_at, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
@@ -116,6 +180,7 @@ ORDER BY c.run_at, c.id;
 WITH candidates AS (
     SELECT d.id, d.ordering_key, d.run_at FROM {schema}.deliveries d
     WHERE d.subscription_id = $1 AND d.status = 'pending' AND d.run_at <= now()
+      AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
       AND (d.ordering_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM {schema}.deliveries p
             WHERE p.subscription_id = $1 AND p.ordering_key = d.ordering_key
@@ -217,8 +282,10 @@ FROM recovered
 RETURNING delivery_id;
 
 -- name: next_run_in
+-- None for a paused or removed subscription: nothing of it will be claimable.
 SELECT extract(epoch FROM min(run_at) - now())::float8
-FROM {schema}.deliveries WHERE subscription_id = $1 AND status = 'pending';
+FROM {schema}.deliveries WHERE subscription_id = $1 AND status = 'pending'
+  AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active');
 
 -- name: status
 -- Counted on the narrow table alone: a subscription has one event type, so
@@ -247,8 +314,45 @@ VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), listener_ok = EXCLUDED.listener_ok,
     listener_reconnects = EXCLUDED.listener_reconnects;
 
+-- name: subscriptions_seen
+-- The subscriptions a live worker serves were seen by a worker now.
+UPDATE {schema}.subscriptions SET worker_seen_at = now() WHERE id = ANY($1::int[]);
+
 -- name: worker_gone
 DELETE FROM {schema}.workers WHERE id = $1 OR heartbeat_at < now() - interval '1 day';
+
+-- name: subscriptions
+-- Every subscription with its backlog, each count served by a partial index
+-- (deliveries_pending, deliveries_lease_until: set exactly while processing,
+-- deliveries_dead), so a long completed history is never read.
+SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
+       extract(epoch FROM now() - s.worker_seen_at)::float8 AS silent_seconds,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.lease_until IS NOT NULL AND d.subscription_id = s.id
+          AND d.status = 'processing') AS processing,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
+       (SELECT extract(epoch FROM now() - min(d.run_at))::float8 FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.run_at <= now())
+           AS lag_seconds
+FROM {schema}.subscriptions s
+ORDER BY s.name;
+
+-- name: subscription_state
+-- Guarded: moves the named subscription only from one of the states $3.
+UPDATE {schema}.subscriptions SET state = $2
+WHERE name = $1 AND state = ANY($3::text[])
+RETURNING id, event_type;
+
+-- name: subscription_exists
+SELECT id FROM {schema}.subscriptions WHERE name = $1;
+
+-- name: cancel_subscription
+-- The pending deliveries of a removed subscription end cancelled.
+UPDATE {schema}.deliveries SET status = 'cancelled', updated_at = now()
+WHERE subscription_id = $1 AND status = 'pending';
 
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
@@ -296,11 +400,13 @@ ORDER BY d.id
 LIMIT $6;
 
 -- name: replay
--- Guarded dead -> pending, attempts reset, replay count and time kept.
+-- Guarded dead -> pending, attempts reset, replay count and time kept. A
+-- removed subscription's dead rows stay dead: no worker would take them.
 UPDATE {schema}.deliveries d
 SET status = 'pending', attempts = 0, run_at = now(), replays = d.replays + 1,
     replayed_at = now(), lease_until = NULL, lease_token = NULL, updated_at = now()
 WHERE d.id = ANY($1::bigint[]) AND d.status = 'dead'
+  AND d.subscription_id NOT IN (SELECT id FROM {schema}.subscriptions WHERE state = 'removed')
 RETURNING d.subscription_id;
 
 -- name: purge

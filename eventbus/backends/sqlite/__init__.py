@@ -43,6 +43,7 @@ from ...types import (
     PublishResult,
     StatusReport,
     StatusRow,
+    SubscriptionInfo,
     WorkerRow,
 )
 from .. import _migrations as migrations
@@ -297,8 +298,12 @@ class SQLiteBackend:
 
     # -- subscriptions ---------------------------------------------------
 
-    async def register(self, specs: Sequence[SubscriptionSpec]) -> dict[str, int]:
-        return await self._write(sync.register, specs)
+    async def register(self, specs: Sequence[SubscriptionSpec], *, served: bool = False) -> dict[str, int]:
+        return await self._write(sync.register, specs, served)
+
+    async def finish_backfills(self) -> int:
+        """Nothing is ever owed: the backfill under the write lock in :meth:`register` is complete."""
+        return 0
 
     # -- the delivery state machine -------------------------------------
 
@@ -388,7 +393,9 @@ class SQLiteBackend:
         """Wake this process's worker without touching the database."""
         self._waker.push(event_types)
 
-    async def worker_beat(self, worker_id: str, *, gone: bool = False) -> None:
+    async def worker_beat(
+        self, worker_id: str, *, gone: bool = False, subscription_ids: Sequence[int] = ()
+    ) -> None:
         """Record the worker's heartbeat, then keep the WAL bounded."""
         params = (
             None
@@ -400,7 +407,7 @@ class SQLiteBackend:
                 "listener_reconnects": self.listener_reconnects,
             }
         )
-        await self._write(sync.worker_beat, params, worker_id)
+        await self._write(sync.worker_beat, params, worker_id, list(subscription_ids))
         if not gone:
             await self._checkpoint()
 
@@ -422,6 +429,7 @@ class SQLiteBackend:
                 oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
                 events=c.execute(q["status_events"]).fetchone()[0],
                 workers=workers,
+                subscriptions=[sync.subscription_of(r) for r in c.execute(q["subscriptions"])],
             )
 
         return await self._read(body)
@@ -460,3 +468,18 @@ class SQLiteBackend:
         if not ids:
             return 0
         return await self._write(sync.cancel, ids)
+
+    async def list_subscriptions(self) -> list[SubscriptionInfo]:
+        return [sync.subscription_of(r) for r in await self._fetch("subscriptions")]
+
+    async def pause_subscription(self, name: str) -> bool:
+        return await self._write(sync.move_subscription, name, "paused", ("active",)) is not None
+
+    async def resume_subscription(self, name: str) -> bool:
+        moved = await self._write(sync.move_subscription, name, "active", ("paused", "removed"))
+        if moved is not None:
+            self.wake_local({moved[1]})
+        return moved is not None
+
+    async def remove_subscription(self, name: str) -> int:
+        return await self._write(sync.remove_subscription, name)

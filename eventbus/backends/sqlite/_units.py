@@ -16,10 +16,26 @@ from typing import Any
 
 import orjson
 
-from ...errors import PublishError, RegistrationError
-from ...types import AttemptRecord, DeadLetterFilter, DeliveryDetail, DeliveryId, EventId, PublishResult
+from ...errors import NotFound, PublishError, RegistrationError
+from ...types import (
+    AttemptRecord,
+    DeadLetterFilter,
+    DeliveryDetail,
+    DeliveryId,
+    EventId,
+    PublishResult,
+    SubscriptionInfo,
+)
 from .. import _migrations as migrations
-from ..base import ClaimedDelivery, Completion, Failure, OutgoingEvent, SubscriptionSpec, decode_headers
+from ..base import (
+    ClaimedDelivery,
+    Completion,
+    Failure,
+    OutgoingEvent,
+    SubscriptionSpec,
+    decode_headers,
+    warn_not_active,
+)
 from ._link import Queries
 
 Row = sqlite3.Row
@@ -202,9 +218,14 @@ def _existing_id(conn: sqlite3.Connection, q: Queries, e: OutgoingEvent) -> Even
 
 
 def register(
-    conn: sqlite3.Connection, q: Queries, now: float, specs: Sequence[SubscriptionSpec]
+    conn: sqlite3.Connection, q: Queries, now: float, specs: Sequence[SubscriptionSpec], served: bool
 ) -> dict[str, int]:
-    """Upsert subscriptions by name; backfill new ones that start from the earliest event."""
+    """Upsert subscriptions by name; backfill new ones that start from the earliest event.
+
+    Under the write lock no publish can be half done, so the one backfill sees
+    every event committed before it and every later publish sees the
+    subscription.
+    """
     ids: dict[str, int] = {}
     for spec in specs:
         params: dict[str, Any] = {
@@ -213,6 +234,7 @@ def register(
             "max_attempts": spec.max_attempts,
             "lease_seconds": spec.lease_seconds,
             "ordered": int(spec.ordered),
+            "served": int(served),
             "now": now,
         }
         found = _all(conn, q["subscription_by_name"], {"name": spec.name})
@@ -223,6 +245,8 @@ def register(
             )
         if found:
             ids[spec.name] = int(found[0][0])
+            if served and found[0][2] != "active":
+                warn_not_active(spec.name, found[0][2])
             conn.execute(q["subscription_update"], {**params, "id": ids[spec.name]})
             continue
         ids[spec.name] = int(_all(conn, q["subscription_insert"], params)[0][0])
@@ -382,11 +406,14 @@ def worker_beat(
     now: float,
     params: dict[str, Any] | None,
     worker_id: str,
+    subscription_ids: Sequence[int],
 ) -> None:
     if params is None:
         conn.execute(q["worker_gone"], {"id": worker_id, "now": now})
-    else:
-        conn.execute(q["worker_beat"], {**params, "id": worker_id, "now": now})
+        return
+    conn.execute(q["worker_beat"], {**params, "id": worker_id, "now": now})
+    if subscription_ids:
+        conn.execute(q["subscriptions_seen"], {"ids": _ids_json(subscription_ids), "now": now})
 
 
 # -- operations --------------------------------------------------------------------
@@ -422,3 +449,42 @@ def event_types_of(conn: sqlite3.Connection, q: Queries, subscription_ids: set[i
 
 def cancel(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> int:
     return len(_all(conn, q["cancel"], {"ids": _ids_json(ids), "now": now}))
+
+
+def subscription_of(row: sqlite3.Row) -> SubscriptionInfo:
+    worker_seen_at = row["worker_seen_at"]
+    return SubscriptionInfo(
+        name=row["name"],
+        event_type=row["event_type"],
+        state=row["state"],
+        ordered=bool(row["ordered"]),
+        created_at=to_time(row["created_at"]),
+        worker_seen_at=None if worker_seen_at is None else to_time(worker_seen_at),
+        silent_seconds=row["silent_seconds"],
+        pending=row["pending"],
+        processing=row["processing"],
+        dead=row["dead"],
+        lag_seconds=row["lag_seconds"],
+    )
+
+
+def move_subscription(
+    conn: sqlite3.Connection, q: Queries, now: float, name: str, state: str, from_states: Sequence[str]
+) -> tuple[int, str] | None:
+    """One guarded state change: (id, event type) when it moved; :class:`NotFound` if no such name."""
+    params = {"name": name, "state": state, "from_states": orjson.dumps(list(from_states)).decode()}
+    rows = _all(conn, q["subscription_state"], params)
+    if rows:
+        return int(rows[0][0]), str(rows[0][1])
+    if not _all(conn, q["subscription_exists"], {"name": name}):
+        raise NotFound(f"no subscription named {name!r}")
+    return None
+
+
+def remove_subscription(conn: sqlite3.Connection, q: Queries, now: float, name: str) -> int:
+    """Mark removed and cancel its pending deliveries, in one transaction."""
+    # Again on a removed one: a delivery that was running then may have come back to pending.
+    moved = move_subscription(conn, q, now, name, "removed", ("active", "paused", "removed"))
+    if moved is None:
+        return 0
+    return conn.execute(q["cancel_subscription"], {"subscription_id": moved[0], "now": now}).rowcount

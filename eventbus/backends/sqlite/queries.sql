@@ -25,27 +25,31 @@ SELECT id FROM events WHERE event_type = :event_type AND key = :key;
 
 -- name: subscribers
 -- Fan-out targets of a batch, read once under the write lock (served by
--- subscriptions_event_type).
+-- subscriptions_event_type). A removed subscription gets nothing; a paused
+-- one keeps its backlog growing until it is resumed.
 SELECT event_type, id, ordered FROM subscriptions
-WHERE event_type IN (SELECT value FROM json_each(:event_types));
+WHERE event_type IN (SELECT value FROM json_each(:event_types)) AND state <> 'removed';
 
 -- name: fanout
 INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at)
 VALUES (:event_id, :subscription_id, :ordering_key, :run_at, :now);
 
 -- name: subscription_by_name
-SELECT id, event_type FROM subscriptions WHERE name = :name;
+SELECT id, event_type, state FROM subscriptions WHERE name = :name;
 
 -- name: subscription_insert
+-- :served says a worker serving the subscription registers it.
 INSERT INTO subscriptions (name, event_type, max_attempts, lease_seconds, ordered,
-                           created_at, last_seen_at)
-VALUES (:name, :event_type, :max_attempts, :lease_seconds, :ordered, :now, :now)
+                           created_at, last_seen_at, worker_seen_at)
+VALUES (:name, :event_type, :max_attempts, :lease_seconds, :ordered, :now, :now,
+        CASE WHEN :served THEN :now END)
 RETURNING id;
 
 -- name: subscription_update
+-- The state (paused, removed) is the operator's and is left alone.
 UPDATE subscriptions
 SET max_attempts = :max_attempts, lease_seconds = :lease_seconds, ordered = :ordered,
-    last_seen_at = :now
+    last_seen_at = :now, worker_seen_at = CASE WHEN :served THEN :now ELSE worker_seen_at END
 WHERE id = :id;
 
 -- name: backfill
@@ -54,25 +58,29 @@ WHERE id = :id;
 INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at)
 SELECT e.id, :subscription_id, CASE WHEN :ordered THEN e.ordering_key END, e.deliver_at, :now
 FROM events e WHERE e.event_type = :event_type
+ORDER BY e.id
 ON CONFLICT (event_id, subscription_id) DO NOTHING;
 
 -- name: claim_probe
 -- Read outside any transaction: is anything runnable? Spares the write lock
--- when the queue is empty (deliveries_pending).
+-- when the queue is empty (deliveries_pending) or the subscription is paused.
 SELECT 1 FROM deliveries
 WHERE subscription_id = :subscription_id AND status = 'pending'
   AND run_at <= (julianday('now') - 2440587.5) * 86400.0
+  AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
 LIMIT 1;
 
 -- name: claim
 -- Take up to :limit runnable rows (deliveries_pending) under a lease and a
--- fresh token. The write lock makes SKIP LOCKED unnecessary.
+-- fresh token. The write lock makes SKIP LOCKED unnecessary. Only an active
+-- subscription is claimed from.
 UPDATE deliveries
 SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
     lease_token = :lease_token, worker_id = :worker_id, updated_at = :now
 WHERE id IN (
     SELECT id FROM deliveries
     WHERE subscription_id = :subscription_id AND status = 'pending' AND run_at <= :now
+      AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
     ORDER BY run_at, id
     LIMIT :limit)
 RETURNING id, event_id, attempts, ordering_key, run_at;
@@ -91,6 +99,8 @@ WHERE id IN (
             SELECT d.id, d.ordering_key, d.run_at FROM deliveries d
             WHERE d.subscription_id = :subscription_id AND d.status = 'pending'
               AND d.run_at <= :now
+              AND EXISTS (SELECT 1 FROM subscriptions
+                          WHERE id = :subscription_id AND state = 'active')
               AND (d.ordering_key IS NULL OR NOT EXISTS (
                     SELECT 1 FROM deliveries p
                     WHERE p.subscription_id = :subscription_id
@@ -172,8 +182,10 @@ VALUES (:delivery_id, :attempt, 'LeaseExpired', 'the worker stopped renewing its
         :worker_id, :now);
 
 -- name: next_run_in
+-- None for a paused or removed subscription: nothing of it will be claimable.
 SELECT min(run_at) - (julianday('now') - 2440587.5) * 86400.0
-FROM deliveries WHERE subscription_id = :subscription_id AND status = 'pending';
+FROM deliveries WHERE subscription_id = :subscription_id AND status = 'pending'
+  AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active');
 
 -- name: status
 -- Counted on the narrow table alone: a subscription has one event type.
@@ -203,8 +215,45 @@ VALUES (:id, :hostname, :pid, :now, :now, :listener_ok, :listener_reconnects)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at,
     listener_ok = excluded.listener_ok, listener_reconnects = excluded.listener_reconnects;
 
+-- name: subscriptions_seen
+-- The subscriptions a live worker serves were seen by a worker now.
+UPDATE subscriptions SET worker_seen_at = :now WHERE id IN (SELECT value FROM json_each(:ids));
+
 -- name: worker_gone
 DELETE FROM workers WHERE id = :id OR heartbeat_at < :now - 86400.0;
+
+-- name: subscriptions
+-- Every subscription with its backlog, each count served by a partial index
+-- (deliveries_pending, deliveries_lease_until: set exactly while processing,
+-- deliveries_dead), so a long completed history is never read.
+SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
+       (julianday('now') - 2440587.5) * 86400.0 - s.worker_seen_at AS silent_seconds,
+       (SELECT count(*) FROM deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,
+       (SELECT count(*) FROM deliveries d
+        WHERE d.lease_until IS NOT NULL AND d.subscription_id = s.id
+          AND d.status = 'processing') AS processing,
+       (SELECT count(*) FROM deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
+       (SELECT (julianday('now') - 2440587.5) * 86400.0 - min(d.run_at) FROM deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending'
+          AND d.run_at <= (julianday('now') - 2440587.5) * 86400.0) AS lag_seconds
+FROM subscriptions s
+ORDER BY s.name;
+
+-- name: subscription_state
+-- Guarded: moves the named subscription only from one of the states :from_states.
+UPDATE subscriptions SET state = :state
+WHERE name = :name AND state IN (SELECT value FROM json_each(:from_states))
+RETURNING id, event_type;
+
+-- name: subscription_exists
+SELECT id FROM subscriptions WHERE name = :name;
+
+-- name: cancel_subscription
+-- The pending deliveries of a removed subscription end cancelled.
+UPDATE deliveries SET status = 'cancelled', updated_at = :now
+WHERE subscription_id = :subscription_id AND status = 'pending';
 
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
@@ -252,11 +301,13 @@ ORDER BY d.id
 LIMIT :limit;
 
 -- name: replay
--- Guarded dead -> pending, attempts reset, replay count and time kept.
+-- Guarded dead -> pending, attempts reset, replay count and time kept. A
+-- removed subscription's dead rows stay dead: no worker would take them.
 UPDATE deliveries
 SET status = 'pending', attempts = 0, run_at = :now, replays = replays + 1,
     replayed_at = :now, lease_until = NULL, lease_token = NULL, updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'dead'
+  AND subscription_id NOT IN (SELECT id FROM subscriptions WHERE state = 'removed')
 RETURNING subscription_id;
 
 -- name: subscription_types

@@ -1,0 +1,62 @@
+"""PostgreSQL settings: every accepted schema name works, timeouts say what timed out."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import asyncpg
+import pytest
+
+from eventbus import BackendUnavailable, Bus, Context, Worker
+from eventbus.backends.postgres import PostgresBackend
+
+from ..helpers import OrderPlaced, counts
+
+
+async def test_longest_schema_name_publishes_and_wakes_a_worker(pg_dsn: str) -> None:
+    schema = ("t_" + uuid.uuid4().hex * 2)[:63]
+    bus = Bus(pg_dsn, schema=schema)
+    publisher = Bus(pg_dsn, schema=schema)
+    try:
+        await bus.migrate()
+        handled = anyio.Event()
+
+        @bus.subscribe(OrderPlaced, name="h")
+        async def h(event: OrderPlaced, ctx: Context) -> None:
+            handled.set()
+
+        worker = Worker(bus, poll_interval_seconds=60.0)  # only a NOTIFY can wake it in time
+        backend = bus.backend
+        assert isinstance(backend, PostgresBackend)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            with anyio.fail_after(10):
+                while not (await bus.list_subscriptions()) or not backend.listener.healthy:
+                    await anyio.sleep(0.05)
+            await anyio.sleep(0.2)  # the worker is idle, waiting
+            await publisher.publish(OrderPlaced(order_id="long-schema"))
+            with anyio.fail_after(10):
+                await handled.wait()
+            worker.stop()
+        assert await counts(bus) == {("h", "completed"): 1}
+    finally:
+        await bus.aclose()
+        await publisher.aclose()
+        conn = await asyncpg.connect(pg_dsn)
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
+
+
+async def test_query_timeout_names_the_operation(pg_target) -> None:
+    bus = pg_target.bus(command_timeout=0.5)
+    await bus.migrate()
+    locker = await asyncpg.connect(pg_target.dsn)
+    try:
+        async with locker.transaction():
+            await locker.execute(f'LOCK TABLE "{pg_target.schema}".deliveries IN ACCESS EXCLUSIVE MODE')
+            with pytest.raises(BackendUnavailable, match=r"timed out: status got no answer within 0.5s"):
+                await bus.status()
+    finally:
+        await locker.close()
+        await bus.aclose()
