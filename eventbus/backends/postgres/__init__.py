@@ -204,7 +204,7 @@ class PostgresBackend:
         if self.auto_migrate:
             await self.migrate()
             return
-        async with self._pool_conn() as conn:
+        async with self._pool_conn("opening") as conn:
             try:
                 rows = await conn.fetch(self.q["migrations_applied"])
             except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError):
@@ -290,11 +290,11 @@ class PostgresBackend:
         return todo[0].name
 
     async def analyze(self) -> None:
-        async with self._pool_conn() as conn:
+        async with self._pool_conn("analyze") as conn:
             await conn.execute(self.q["analyze"])
 
     async def drop(self) -> None:
-        async with self._pool_conn() as conn:
+        async with self._pool_conn("drop") as conn:
             await conn.execute(f"DROP SCHEMA IF EXISTS {quote_schema(self.schema)} CASCADE")
         await self.aclose()
 
