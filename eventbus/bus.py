@@ -12,16 +12,20 @@ import msgspec
 
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
-from .errors import ConfigurationError, PayloadTooLarge, UnknownEventType
+from .errors import ConfigurationError, InvalidSchedule, PayloadTooLarge, UnknownEventType, UnknownSchedule
 from .event import Event, check_event_type, decode_event, encode_event, event_type_of
 from .router import Router
+from .schedules import Planner, window
 from .types import (
     DeadLetterFilter,
     DeliveryDetail,
     DeliveryId,
+    OccurrenceInfo,
     PublishResult,
+    ScheduleInfo,
     StatusReport,
     SubscriptionInfo,
+    TickReport,
 )
 
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
@@ -307,3 +311,71 @@ class Bus(Router):
     async def cancel(self, ids: Sequence[int]) -> int:
         """Cancel pending deliveries by id (guarded: others are left alone); return how many."""
         return await self.backend.cancel_ids(list(ids))
+
+    # -- schedules -------------------------------------------------------------
+
+    def schedule_planner(self) -> Planner:
+        """The tick's logic for the schedules this bus declares."""
+        return Planner(self.schedules)
+
+    async def declare_schedules(self) -> None:
+        """Record this bus's schedules (create or update); a worker does this when it starts."""
+        await self.backend.declare_schedules(
+            [s.decl() for s in self.schedules.values()], self.schedule_planner()
+        )
+
+    async def tick_schedules(self, limit: int = 100, planner: Planner | None = None) -> TickReport:
+        """Fire what is due of this bus's schedules (up to ``limit`` schedules), as a worker does."""
+        return await self.backend.tick_schedules(planner or self.schedule_planner(), limit)
+
+    async def list_schedules(self) -> list[ScheduleInfo]:
+        """Every recorded schedule (declared by this code or not), by name."""
+        return await self.backend.schedules()
+
+    async def schedule_info(self, name: str) -> ScheduleInfo:
+        """One recorded schedule; :class:`UnknownSchedule` if there is none of that name."""
+        found = await self.backend.schedules(name)
+        if not found:
+            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
+        return found[0]
+
+    async def occurrences(self, name: str, limit: int = 20) -> list[OccurrenceInfo]:
+        """The newest occurrences of a schedule with their fate, newest first."""
+        await self.schedule_info(name)
+        return await self.backend.occurrences(name, limit)
+
+    async def pause_schedule(self, name: str) -> None:
+        """Stop firing (occurrences falling due meanwhile count as missed on resume)."""
+        if not await self.backend.pause_schedule(name, True):
+            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
+
+    async def resume_schedule(self, name: str) -> None:
+        if not await self.backend.pause_schedule(name, False):
+            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
+
+    async def remove_schedule(self, name: str) -> None:
+        """Delete a schedule and its occurrence history (a worker declaring it creates it anew)."""
+        if not await self.backend.remove_schedule(name):
+            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
+
+    async def trigger_schedule(self, name: str) -> datetime:
+        """Fire once now, with its own key (the database's now); a worker's next tick fires it."""
+        await self.schedule_info(name)
+        times = await self.backend.request_occurrences(name, None)
+        if not times:
+            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
+        return times[0]
+
+    async def backfill_schedule(self, name: str, start: datetime, end: datetime) -> list[datetime]:
+        """Fire the occurrences of a past window, each at most once; return the times requested.
+
+        Occurrences already fired or waiting are left alone, skipped ones fire
+        now; the window stops before the schedule's next occurrence.
+        """
+        if start.tzinfo is None or end.tzinfo is None or start > end:
+            raise InvalidSchedule("backfill needs timezone-aware times with start <= end")
+        row = await self.schedule_info(name)
+        times = [t for t, fate in window(row, start, end) if fate == "due" and t < row.next_occurrence_at]
+        if not times:
+            return []
+        return await self.backend.request_occurrences(name, times)

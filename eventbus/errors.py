@@ -4,6 +4,7 @@ Every error derives from one root::
 
     EventBusError
     ├── ConfigurationError        bad DSN, schema name or setting
+    │   └── InvalidSchedule       a schedule's spec or policy is invalid
     ├── RegistrationError         a subscription cannot be registered
     │   ├── DuplicateSubscription
     │   └── HandlerSignatureError
@@ -18,6 +19,7 @@ Every error derives from one root::
     │   ├── MigrationChecksumMismatch
     │   └── SchemaNotMigrated
     ├── NotFound                  no such delivery or event
+    │   └── UnknownSchedule
     ├── HandlerInterrupted        a handler outlived the shutdown grace period
     ├── HandlerTimeout            a handler ran past its timeout
     └── HandlerSignal             raised by handlers to steer their delivery
@@ -42,6 +44,7 @@ __all__ = [
     "HandlerSignal",
     "HandlerSignatureError",
     "HandlerTimeout",
+    "InvalidSchedule",
     "MigrationChecksumMismatch",
     "MigrationError",
     "NotFound",
@@ -51,6 +54,7 @@ __all__ = [
     "Retry",
     "SchemaNotMigrated",
     "UnknownEventType",
+    "UnknownSchedule",
 ]
 
 
@@ -67,6 +71,10 @@ class EventBusError(Exception):
 
 class ConfigurationError(EventBusError):
     """The bus is misconfigured."""
+
+
+class InvalidSchedule(ConfigurationError):
+    """The schedule's spec or policy is invalid."""
 
 
 class RegistrationError(EventBusError):
@@ -131,6 +139,10 @@ class HandlerInterrupted(EventBusError):
     The interrupted run counts as a failed attempt, so a handler that hangs
     reaches the dead-letter queue after ``max_attempts`` restarts.
     """
+
+
+class UnknownSchedule(NotFound):
+    """No schedule of that name is recorded."""
 
 
 class HandlerTimeout(EventBusError):

@@ -6,12 +6,15 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from .context import Context
-from .errors import DuplicateSubscription, HandlerSignatureError
+from .errors import DuplicateSubscription, HandlerSignatureError, InvalidSchedule
 from .event import Event, event_type_of
 from .retry import RetryPolicy
+from .schedules import EPOCH, EventTarget, Schedule
+from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
 
 __all__ = ["Handler", "Router", "Subscription"]
 
@@ -60,10 +63,11 @@ def _check_handler(handler: Callable[..., Any], event_class: type[Event]) -> Non
 
 
 class Router:
-    """A group of subscriptions, included into a bus with ``bus.include(router)``."""
+    """A group of subscriptions and schedules, included into a bus with ``bus.include(router)``."""
 
     def __init__(self) -> None:
         self.subscriptions: dict[str, Subscription] = {}
+        self.schedules: dict[str, Schedule] = {}
 
     def subscribe(
         self,
@@ -116,6 +120,58 @@ class Router:
         self.subscriptions[subscription.name] = subscription
 
     def include(self, router: Router) -> None:
-        """Add every subscription of ``router`` to this one."""
+        """Add every subscription and schedule of ``router`` to this one."""
         for subscription in router.subscriptions.values():
             self.add(subscription)
+        for schedule in router.schedules.values():
+            self.add_schedule(schedule)
+
+    def schedule(
+        self,
+        name: str,
+        event_class: type[Event] | None = None,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        tz: str = "UTC",
+        anchor: datetime = EPOCH,
+        missed: MissedPolicy = "latest",
+        max_catchup: int = 100,
+        overlap: OverlapPolicy = "allow",
+        cooldown: timedelta | float | None = None,
+        jitter: timedelta | float | None = None,
+        dst_gap: DstGap = "shift",
+        dst_fold: DstFold = "first",
+        start: Any = None,
+        checkpoint: Any = None,
+    ) -> Schedule:
+        """Declare a recurring schedule that publishes ``event_class`` at each occurrence.
+
+        Exactly one of ``cron`` (in ``tz``'s wall clock) and ``every`` (elapsed
+        time from ``anchor``). Each firing publishes with the key
+        ``name@<scheduled_for ISO-8601>`` and sets the event's ``scheduled_for``
+        field when it has one. A worker records the declaration when it starts.
+        Raises :class:`InvalidSchedule` for a bad spec or policy.
+        """
+        if start is not None or checkpoint is not None:
+            raise InvalidSchedule(
+                f"schedule {name!r}: start= and checkpoint= start a state machine, which needs the "
+                "workflow engine; this release fires events: pass an event class"
+            )
+        if event_class is None:
+            raise InvalidSchedule(f"schedule {name!r}: name the event class it publishes")
+        event_type_of(event_class)  # fail now if the class has no event_type
+        target = EventTarget(event_class)
+        target.check()
+        schedule = Schedule.build(
+            name, target, cron=cron, every=every, tz=tz, anchor=anchor, missed=missed,
+            max_catchup=max_catchup, overlap=overlap, cooldown=cooldown, jitter=jitter,
+            dst_gap=dst_gap, dst_fold=dst_fold,
+        )  # fmt: skip
+        self.add_schedule(schedule)
+        return schedule
+
+    def add_schedule(self, schedule: Schedule) -> None:
+        if schedule.name in self.schedules:
+            raise InvalidSchedule(f"a schedule named {schedule.name!r} is already declared")
+        self.schedules[schedule.name] = schedule

@@ -18,13 +18,21 @@ __all__ = [
     "DeliveryDetail",
     "DeliveryId",
     "DeliveryStatus",
+    "DstFold",
+    "DstGap",
     "EventId",
+    "MissedPolicy",
+    "OccurrenceInfo",
+    "OccurrenceStatus",
+    "OverlapPolicy",
     "PublishResult",
+    "ScheduleInfo",
     "StartFrom",
     "StatusReport",
     "StatusRow",
     "SubscriptionInfo",
     "SubscriptionState",
+    "TickReport",
     "WorkerRow",
 ]
 
@@ -33,6 +41,13 @@ DeliveryId = NewType("DeliveryId", int)
 DeliveryStatus = Literal["pending", "processing", "completed", "dead", "cancelled"]
 StartFrom = Literal["earliest", "latest"]
 SubscriptionState = Literal["active", "paused", "removed"]
+MissedPolicy = Literal["all", "latest", "skip"]
+OverlapPolicy = Literal["allow", "skip", "buffer_one"]
+DstGap = Literal["shift", "skip"]
+DstFold = Literal["first", "last", "both"]
+OccurrenceStatus = Literal[
+    "requested", "buffered", "fired", "skipped_missed", "skipped_overlap", "skipped_dst"
+]
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -137,3 +152,62 @@ class StatusReport(msgspec.Struct, frozen=True):
     events: int
     workers: Sequence[WorkerRow] = ()
     subscriptions: Sequence[SubscriptionInfo] = ()
+
+
+class ScheduleInfo(msgspec.Struct, frozen=True):
+    """A schedule as stored: its spec, its policies and where it stands.
+
+    ``next_occurrence_at`` is the next occurrence not yet recorded;
+    ``next_run_at`` is when a tick looks at the schedule next (sooner while an
+    occurrence is buffered or requested, later during a cooldown).
+    """
+
+    name: str
+    target_kind: Literal["event", "machine"]
+    target: str
+    cron: str | None
+    every_seconds: float | None
+    anchor: datetime
+    timezone: str
+    missed: MissedPolicy
+    max_catchup: int
+    overlap: OverlapPolicy
+    cooldown_seconds: float
+    jitter_seconds: float
+    dst_gap: DstGap
+    dst_fold: DstFold
+    next_occurrence_at: datetime
+    next_run_at: datetime
+    last_run_at: datetime | None = None
+    last_event_id: EventId | None = None
+    last_finished_at: datetime | None = None
+    buffered_for: datetime | None = None
+    requested: bool = False
+    paused: bool = False
+    updated_at: datetime | None = None
+
+
+class OccurrenceInfo(msgspec.Struct, frozen=True):
+    """One occurrence of a schedule, keyed by (schedule, scheduled_for), with its fate.
+
+    ``finished_at`` is set for a fired occurrence once every delivery of its
+    event is terminal (completed, dead or cancelled).
+    """
+
+    schedule: str
+    scheduled_for: datetime
+    status: OccurrenceStatus
+    event_id: EventId | None = None
+    fired_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class TickReport(msgspec.Struct, frozen=True):
+    """What a tick did, and how long until the next schedule is due (None: none is)."""
+
+    schedules: int
+    fired: int
+    recorded: int
+    next_due_in: float | None
+    full: bool
+    """The batch was full: more schedules may be due now."""

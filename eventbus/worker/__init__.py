@@ -33,6 +33,7 @@ from ..retry import Outcome
 from ..router import Subscription
 from ..types import DeliveryId
 from ._results import ResultWriter
+from ._schedules import run_schedules
 from ._shield import Shield
 
 if TYPE_CHECKING:
@@ -201,6 +202,7 @@ class Worker:
             if not self.burst:
                 services.start_soon(self._listen)
                 services.start_soon(self._housekeeping)
+                services.start_soon(run_schedules, self.bus, lambda: self._stopping)
             services.start_soon(self._results.run)
             services.start_soon(self._heartbeat)
             async with anyio.create_task_group() as handlers:
