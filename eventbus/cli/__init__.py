@@ -1,4 +1,5 @@
-"""Command line: ``eventbus migrate | worker | publish | cancel | status | subscriptions | dlq | bench``.
+"""Command line: ``eventbus migrate | worker | publish | cancel | status | subscriptions | dlq | bench``
+and ``eventbus schedule``.
 
 The database comes from ``--dsn`` or ``$EVENTBUS_DSN`` and defaults to the
 embedded SQLite file. User mistakes print one line and exit non-zero.
@@ -20,6 +21,7 @@ from ..worker import Worker
 from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
 from .dlq import dlq
+from .schedule import schedule
 from .subscriptions import subscriptions, unserved_note
 
 __all__ = ["main"]
@@ -212,6 +214,7 @@ def status(obj: Obj, as_json: bool) -> None:
 cli.add_command(dlq)
 cli.add_command(subscriptions)
 cli.add_command(bench)
+cli.add_command(schedule)
 
 
 def main() -> None:
