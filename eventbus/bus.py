@@ -14,7 +14,6 @@ from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import ConfigurationError, PayloadTooLarge, UnknownEventType
 from .event import Event, check_event_type, decode_event, encode_event, event_type_of
-from .router import Router
 from .types import (
     DeadLetterFilter,
     DeliveryDetail,
@@ -23,6 +22,7 @@ from .types import (
     StatusReport,
     SubscriptionInfo,
 )
+from .workflows import WorkflowBus
 
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
@@ -52,7 +52,7 @@ def _seconds(delay: float | timedelta | None) -> float:
     return value
 
 
-class Bus(Router):
+class Bus(WorkflowBus):
     """A durable event bus.
 
     :param dsn: ``postgresql://…`` for production, ``sqlite:///path`` for the

@@ -26,6 +26,12 @@ __all__ = [
     "SubscriptionInfo",
     "SubscriptionState",
     "WorkerRow",
+    "WorkflowApprovalRow",
+    "WorkflowEffectRow",
+    "WorkflowHistoryRow",
+    "WorkflowInstance",
+    "WorkflowSignalRow",
+    "WorkflowStatus",
 ]
 
 EventId = NewType("EventId", int)
@@ -33,6 +39,17 @@ DeliveryId = NewType("DeliveryId", int)
 DeliveryStatus = Literal["pending", "processing", "completed", "dead", "cancelled"]
 StartFrom = Literal["earliest", "latest"]
 SubscriptionState = Literal["active", "paused", "removed"]
+WorkflowStatus = Literal[
+    "pending",
+    "running",
+    "waiting",
+    "waiting_approval",
+    "paused",
+    "completed",
+    "failed",
+    "cancelled",
+    "uncertain",
+]
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -137,3 +154,96 @@ class StatusReport(msgspec.Struct, frozen=True):
     events: int
     workers: Sequence[WorkerRow] = ()
     subscriptions: Sequence[SubscriptionInfo] = ()
+
+
+class WorkflowInstance(msgspec.Struct, frozen=True):
+    """The pointer of one state-machine instance, as last committed.
+
+    ``version`` is the fencing token: every committed transition bumps it, and
+    every write is guarded by the version it read. ``checkpoint`` is the
+    encoded checkpoint (``Machine.instance`` decodes it).
+    """
+
+    machine: str
+    key: str
+    run_id: int
+    state: str
+    status: WorkflowStatus
+    version: int
+    visits: dict[str, int]
+    attempts: int
+    checkpoint: bytes
+    last_error_code: str | None
+    last_error: str | None
+    held_state: str | None
+    compensate_to: str | None
+    next_run_at: datetime | None
+    state_entered_at: datetime
+    run_started_at: datetime
+    updated_at: datetime
+    now: datetime
+    """The database clock when the row was read (caps on age use it)."""
+    has_signals: bool = False
+
+
+class WorkflowHistoryRow(msgspec.Struct, frozen=True):
+    """One visit (or operator action) of an instance, append-only."""
+
+    run_id: int
+    version: int
+    state: str
+    visit: int
+    outcome: str
+    next_state: str
+    yielded: bool
+    error_code: str | None
+    error: str | None
+    actor: str
+    reason: str | None
+    delivery_id: int | None
+    started_at: datetime
+    at: datetime
+
+
+class WorkflowSignalRow(msgspec.Struct, frozen=True):
+    """A durable signal sent to an instance; ``consumed_version`` is set once a transition took it."""
+
+    id: int
+    name: str
+    dedupe: str | None
+    payload: bytes
+    created_at: datetime
+    consumed_version: int | None
+
+
+class WorkflowApprovalRow(msgspec.Struct, frozen=True):
+    """An approval request, tied to the hash of the exact input it approves."""
+
+    id: int
+    machine: str
+    key: str
+    run_id: int
+    state: str
+    input: bytes
+    input_hash: str
+    status: str
+    requested_at: datetime
+    expires_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    reason: str | None
+    consumed_version: int | None = None
+    """Set once a transition acted on the decision: a decision is used once."""
+
+
+class WorkflowEffectRow(msgspec.Struct, frozen=True):
+    """An irreversible effect recorded with a transition, and whether it was compensated."""
+
+    id: int
+    run_id: int
+    state: str
+    op_key: str
+    kind: str
+    ref: str
+    compensation: str | None
+    status: str

@@ -50,6 +50,7 @@ from ..base import (
     warn_not_active,
 )
 from ._listener import PostgresListener
+from ._workflows import PostgresWorkflows
 
 __all__ = ["PostgresBackend"]
 
@@ -169,7 +170,7 @@ def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> Deliv
     )
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresWorkflows):
     """Stores the bus in one PostgreSQL schema."""
 
     kind: Literal["postgres"] = "postgres"

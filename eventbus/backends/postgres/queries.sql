@@ -450,3 +450,148 @@ SELECT version, checksum FROM {schema}.schema_migrations;
 
 -- name: migration_record
 INSERT INTO {schema}.schema_migrations (version, name, checksum) VALUES ($1, $2, $3);
+
+-- Durable state machines ----------------------------------------------------
+
+-- name: wf_load
+-- The pointer as committed, read at the start of every visit (no state lives
+-- in a worker between visits), with the database clock for age caps.
+SELECT i.*, now() AS now,
+       EXISTS (SELECT 1 FROM {schema}.wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = $2;
+
+-- name: wf_start
+-- Create the instance, or begin a new run of a finished one. A live run is
+-- untouched and returns no row: starting is idempotent per key.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at)
+VALUES ($1, $2, $3, 'pending', $4, now())
+ON CONFLICT (machine, key) DO UPDATE
+SET run_id = i.run_id + 1, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+    visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
+    last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
+    state_entered_at = now(), run_started_at = now(), updated_at = now()
+WHERE i.status IN ('completed', 'failed', 'cancelled')
+RETURNING i.*, now() AS now, false AS has_signals;
+
+-- name: wf_move
+-- The guarded transition and its history row in one statement: only from the
+-- version that was read and, for a visit, only while its delivery's lease
+-- holds. No row back means a stale visit; the caller writes nothing else.
+WITH moved AS (
+    UPDATE {schema}.wf_instances
+    SET state = $3, status = $4, version = version + 1, visits = $5, attempts = $6,
+        checkpoint = $7, last_error_code = $8, last_error = $9, held_state = $10,
+        compensate_to = $11,
+        next_run_at = CASE WHEN $12::float8 IS NULL THEN NULL
+                           ELSE now() + $12::float8 * interval '1 second' END,
+        state_entered_at = CASE WHEN $13::boolean THEN now() ELSE state_entered_at END,
+        run_id = CASE WHEN $14::boolean THEN run_id + 1 ELSE run_id END,
+        run_started_at = CASE WHEN $14::boolean THEN now() ELSE run_started_at END,
+        updated_at = now()
+    WHERE machine = $1 AND key = $2 AND version = $15
+      AND ($16::bigint IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.deliveries d
+            WHERE d.id = $16::bigint AND d.lease_token = $17::uuid AND d.status = 'processing'))
+    RETURNING version, run_id
+)
+INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome, next_state,
+                                 yielded, error_code, error, actor, reason, delivery_id, started_at)
+SELECT $1, $2, moved.run_id, moved.version, $18, $19, $20, $3, $21, $22, $23, $24, $25, $26,
+       COALESCE(to_timestamp($27::float8), now())
+FROM moved
+RETURNING version;
+
+-- name: wf_consume_signals
+-- Signals read by the visit are consumed by its transition, never before.
+UPDATE {schema}.wf_signals SET consumed_version = $3
+WHERE machine = $1 AND key = $2 AND id = ANY($4::bigint[]) AND consumed_version IS NULL;
+
+-- name: wf_signal_waiting
+-- Is a signal the state wakes on already here? Then its yield ends at once.
+SELECT EXISTS (SELECT 1 FROM {schema}.wf_signals
+               WHERE machine = $1 AND key = $2 AND consumed_version IS NULL
+                 AND name = ANY($3::text[]));
+
+-- name: wf_effect_insert
+INSERT INTO {schema}.wf_effects (machine, key, run_id, state, op_key, kind, ref, compensation)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- name: wf_effect_status
+UPDATE {schema}.wf_effects SET status = $2 WHERE id = $1 AND status <> 'compensated';
+
+-- name: wf_approval_request
+INSERT INTO {schema}.wf_approvals (machine, key, run_id, state, input, input_hash, status, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', now() + $7::float8 * interval '1 second');
+
+-- name: wf_approval_update
+-- Guarded by the status the visit saw (a decision that raced it wins); a
+-- decision is used once: the transition that acts on it stamps its version.
+UPDATE {schema}.wf_approvals
+SET status = $3, consumed_version = CASE WHEN $3 IN ('approved', 'denied') THEN $4 END
+WHERE id = $1 AND status = $2 AND consumed_version IS NULL;
+
+-- name: wf_lock
+-- Signals and decisions lock the pointer first, so a transition committing
+-- concurrently either sees their row or is seen by them.
+SELECT state, status, version FROM {schema}.wf_instances
+WHERE machine = $1 AND key = $2 FOR UPDATE;
+
+-- name: wf_signal_insert
+INSERT INTO {schema}.wf_signals (machine, key, name, dedupe, payload)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (machine, key, name, dedupe) DO NOTHING
+RETURNING id;
+
+-- name: wf_decide
+-- Single use: only a pending, unexpired approval can be decided, once.
+UPDATE {schema}.wf_approvals
+SET status = $2, decided_by = $3, decided_at = now(), reason = $4
+WHERE id = $1 AND status = 'pending' AND expires_at > now()
+RETURNING *;
+
+-- name: wf_list
+SELECT i.*, now() AS now, false AS has_signals FROM {schema}.wf_instances i
+WHERE i.machine = $1 AND ($2::text IS NULL OR i.status = $2) AND ($3::text IS NULL OR i.state = $3)
+ORDER BY i.key LIMIT $4;
+
+-- name: wf_counts
+SELECT state, status, count(*) AS n FROM {schema}.wf_instances WHERE machine = $1
+GROUP BY state, status;
+
+-- name: wf_history
+SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
+       reason, delivery_id, started_at, at
+FROM {schema}.wf_history WHERE machine = $1 AND key = $2 ORDER BY version;
+
+-- name: wf_signals
+SELECT id, name, dedupe, payload, created_at, consumed_version FROM {schema}.wf_signals
+WHERE machine = $1 AND key = $2 AND (NOT $3::boolean OR consumed_version IS NULL)
+ORDER BY id;
+
+-- name: wf_approvals
+SELECT * FROM {schema}.wf_approvals WHERE machine = $1 AND key = $2 ORDER BY id;
+
+-- name: wf_approval
+SELECT * FROM {schema}.wf_approvals WHERE id = $1;
+
+-- name: wf_effects
+SELECT id, run_id, state, op_key, kind, ref, compensation, status FROM {schema}.wf_effects
+WHERE machine = $1 AND key = $2 AND run_id = $3 ORDER BY id;
+
+-- name: wf_sweep
+-- Live instances overdue by more than the grace with no step pending or
+-- processing: their tick was lost (a dead or cancelled step delivery).
+SELECT i.key, i.version FROM {schema}.wf_instances i
+WHERE i.next_run_at < now() - $2::float8 * interval '1 second' AND i.machine = $1
+  AND i.status IN ('pending', 'running', 'waiting', 'waiting_approval')
+  AND NOT EXISTS (
+        SELECT 1 FROM {schema}.deliveries d JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+        WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
+          AND d.status = 'pending')
+  AND NOT EXISTS (
+        SELECT 1 FROM {schema}.deliveries d JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+        WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
+          AND d.status = 'processing')
+ORDER BY i.next_run_at LIMIT $3;

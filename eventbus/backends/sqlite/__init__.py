@@ -52,6 +52,7 @@ from .._wakeup import SWEEP, Waker
 from ..base import ClaimedDelivery, Completion, Failure, OutgoingEvent, SubscriptionSpec
 from . import _link as sqlconn
 from . import _units as sync
+from ._workflows import SQLiteWorkflows
 
 __all__ = ["SQLiteBackend"]
 
@@ -79,7 +80,7 @@ def _agree(name: str, argument: T | None, from_dsn: T | None, default: T) -> T:
     return from_dsn if from_dsn is not None else default
 
 
-class SQLiteBackend:
+class SQLiteBackend(SQLiteWorkflows):
     """Stores the bus in one SQLite file, shared by any number of local processes.
 
     :param dsn: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``,
