@@ -400,7 +400,7 @@ class Engine:
             return self._write(
                 inst, move, entry, ctx, error=error, visits=visits, effect_status=((effect_id, "uncertain"),)
             )
-        delay = min(60.0, 2.0**attempts)
+        delay = min(60.0, self.m.compensation_retry_seconds * 2.0 ** (attempts - 1))
         move = Move(
             COMPENSATING, "running", f"retry{attempts}", delay, delay, compensate_to=inst.compensate_to
         )

@@ -146,6 +146,7 @@ class Machine(Generic[C]):
     :param max_age: a cap on the whole run's age; past it the run ends in ``MAX_RETRIES``.
     :param lease_seconds: lease of a visit's delivery (renewed while it runs).
     :param compensation_attempts: tries per compensation before the instance is ``uncertain``.
+    :param compensation_retry_seconds: the first wait before a failed compensation is tried again (doubling).
     :param sweep_interval: how often the sweep for lost ticks runs (seconds).
     :param sweep_grace: how overdue an instance with no step must be to be swept.
     :param renamed: old state name -> new one, for instances still pointing at the old name.
@@ -158,6 +159,7 @@ class Machine(Generic[C]):
     max_age: timedelta | float | None = None
     lease_seconds: float = 60.0
     compensation_attempts: int = 3
+    compensation_retry_seconds: float = 1.0
     sweep_interval: float = 60.0
     sweep_grace: float = 30.0
     renamed: dict[str, str] = field(default_factory=dict)
