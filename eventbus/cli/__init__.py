@@ -21,6 +21,7 @@ from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
 from .dlq import dlq
 from .subscriptions import subscriptions, unserved_note
+from .workflow import workflow
 
 __all__ = ["main"]
 
@@ -212,6 +213,7 @@ def status(obj: Obj, as_json: bool) -> None:
 cli.add_command(dlq)
 cli.add_command(subscriptions)
 cli.add_command(bench)
+cli.add_command(workflow)
 
 
 def main() -> None:

@@ -99,7 +99,7 @@ def _dot(m: Machine[Any], counts: Counts | None) -> str:
         lines.append(f'    {terminal} [shape=doublecircle, label="{label}"];')
     lines.append(f"    start -> {m.initial.name};")
     for source, target, label in edges:
-        style = ", style=dashed" if label in ("cap", "timeout", "denied") else ""
+        style = ", style=dashed" if label in ("cap", "timeout", "denied", "goto") else ""
         lines.append(f'    {source} -> {target} [label="{label}"{style}];')
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -157,12 +157,23 @@ class Engine:
         target, kind, error = self._target(state, outcome)
         entry = self._entry(inst, kind, ctx, state=state.name, visit=visit, started=started, error=error)
         used = ((approval.id, "approved", "approved"),) if approval is not None else ()
-        if kind == "yield":
-            return self._stay(inst, state, outcome, entry, ctx, data, visit, sctx)
+        visits = {**inst.visits, state.name: visit}
+        if kind == "yield" or (target == state.name and not state.continue_run):
+            # A yield, or a failure edge back into a yield point: wait a poll, holding nothing.
+            poll = (
+                seconds(outcome.poll)
+                if isinstance(outcome, Yield) and outcome.poll is not None
+                else state.poll
+            )
+            move = Move(state.name, "waiting", "tick" if poll is not None else None, poll or 0.0, poll)
+            entry = msgspec.structs.replace(entry, yielded=kind == "yield")
+            return self._write(
+                inst, move, entry, ctx, error=error, data=data, visits=visits, sctx=sctx,
+                wake_on=state.wake_on, approvals=used,
+            )  # fmt: skip
         return await self.transition(
-            inst, target, entry, ctx, error=error, data=data, visits={**inst.visits, state.name: visit},
-            sctx=sctx, approvals=used,
-        )  # fmt: skip
+            inst, target, entry, ctx, error=error, data=data, visits=visits, sctx=sctx, approvals=used
+        )
 
     def _target(self, state: State, outcome: Any) -> tuple[str, str, tuple[str, str] | None]:
         """(next state, history outcome, (error code, error)) of a state's result."""
@@ -186,25 +197,6 @@ class Engine:
             return state.on_failure, "error", (type(outcome).__name__, _error_text(outcome))
         error = f"{state.name} returned {type(outcome).__name__}, not None, Fail, Goto, Yield or Uncertain"
         return state.on_failure, "error", ("bad-return", error)
-
-    def _stay(
-        self,
-        inst: WorkflowInstance,
-        state: State,
-        outcome: Yield,
-        entry: WorkflowHistoryEntry,
-        ctx: Context | None,
-        data: bytes,
-        visit: int,
-        sctx: StepContext,
-    ) -> WorkflowTransition:
-        """A yield: commit, and come back after the poll (or on a signal named in wake_on)."""
-        poll = seconds(outcome.poll) if outcome.poll is not None else state.poll
-        move = Move(state.name, "waiting", "tick" if poll is not None else None, poll or 0.0, poll)
-        return self._write(
-            inst, move, msgspec.structs.replace(entry, yielded=True), ctx, data=data,
-            visits={**inst.visits, state.name: visit}, sctx=sctx, wake_on=state.wake_on,
-        )  # fmt: skip
 
     # -- where a transition leads ----------------------------------------------------
 

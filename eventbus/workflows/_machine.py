@@ -117,16 +117,16 @@ class State:
     initial: bool = False
 
     def edges(self) -> dict[str, str]:
-        """Every target this state can move to, with the label of the edge."""
-        out: dict[str, str] = {}
-        for target in self.also:
-            out.setdefault(target, "goto")
+        """Every target this state can move to, with the label(s) of its edge."""
+        out: dict[str, list[str]] = {}
+        pairs = [(self.on_success, "success"), (self.on_failure, "failure")]
+        pairs += [(t, "goto") for t in self.also]
         if self.approval is not None:
-            out.setdefault(self.approval.on_timeout, "timeout")
-            out.setdefault(self.approval.on_deny, "denied")
-        out[self.on_failure] = "failure"
-        out[self.on_success] = "success"
-        return out
+            pairs += [(self.approval.on_deny, "denied"), (self.approval.on_timeout, "timeout")]
+        for target, label in pairs:
+            if label not in out.setdefault(target, []):
+                out[target].append(label)
+        return {target: ", ".join(labels) for target, labels in out.items()}
 
     @property
     def capped(self) -> bool:
