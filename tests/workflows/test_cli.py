@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,21 @@ async def test_workflow_commands(target: Target) -> None:
     assert "UnknownMachine" in eventbus(target, *APP, "list", "nope", ok=False).stderr
     assert "UnknownApproval" in eventbus(target, *APP, "approve", "999", "--by", "x", ok=False).stderr
     assert "--app" in eventbus(target, "workflow", "list", "retrain", ok=False).stderr
+
+
+def test_the_example_runs_end_to_end_on_the_sqlite_default(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVENTBUS_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-m", "handlers"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "published 3 new orders" in text and "dead-letter delivery" in text
+    assert "globex: the download crashed in run 1; run 2 resumes it" in text
+    assert "  run 2 CHECK_LAST_TRAIN  visit 1   ok     -> DOWNLOAD_SAVE" in text
+    assert "initech: MAX_RETRIES (failed), run 1" in text
+    assert "last error: max retries reached: SUBMIT_JOB visited 3 times" in text
+    assert "GPU jobs submitted: acme, globex, initech, initech, initech (globex: 1 job for two runs)" in text
+    assert (GOLDEN / "retrain.mmd").read_text() in text
+    assert (tmp_path / "eventbus.db").exists()
