@@ -91,7 +91,10 @@ class Target:
         if self.schema:
             async with backend._conn() as conn:
                 await conn.execute("SELECT pg_stat_force_next_flush()")
-                sql = "SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables WHERE schemaname = $1"
+                sql = (
+                    "SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables"
+                    " WHERE schemaname = $1"
+                )
                 value = await conn.fetchval(sql, self.schema)
             return int(value or 0)
         sql = (
