@@ -478,6 +478,14 @@ class WorkflowStore(Protocol):
         """Apply ``t`` atomically; return the new version, or None when the guard refused it."""
         ...
 
+    async def wf_commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        """As :meth:`wf_commit` for each, in one transaction (one commit for the batch).
+
+        Each transition is guarded on its own: a refused one writes nothing and
+        does not affect the others. Results are in input order.
+        """
+        ...
+
     async def wf_list(
         self, machine: str, status: str | None, state: str | None, limit: int
     ) -> list[WorkflowInstance]:

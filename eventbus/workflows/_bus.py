@@ -26,6 +26,7 @@ from ..types import (
     WorkflowSignalRow,
     WorkflowStatus,
 )
+from ._commits import CommitQueue
 from ._engine import ACTIVE, Engine, Move
 from ._machine import COMPENSATING, Machine
 
@@ -106,6 +107,14 @@ class WorkflowBus(Router):
         self.machines: dict[str, Machine[Any]] = {}
         self._engines: dict[str, Engine] = {}
         self._registered: set[str] = set()
+        self._commits: CommitQueue | None = None
+
+    @property
+    def workflow_commits(self) -> CommitQueue:
+        """The group commit of this bus's visits (created on first use)."""
+        if self._commits is None:
+            self._commits = CommitQueue(self.backend)
+        return self._commits
 
     def include(self, router: Router | Machine[Any]) -> None:
         """Add a router's subscriptions, or a machine (checked, then given its step subscription)."""

@@ -95,7 +95,7 @@ class Engine:
         if inst is None or inst.version != step.version or inst.status not in ACTIVE:
             return
         t = await self.visit(inst, ctx)
-        if t is not None and await self.store.wf_commit(t) is None:
+        if t is not None and await self.bus.workflow_commits.commit(t) is None:
             log.info("visit of %s/%s at version %s was fenced", self.m.name, step.key, step.version)
 
     async def visit(self, inst: WorkflowInstance, ctx: Context | None) -> WorkflowTransition | None:

@@ -66,10 +66,27 @@ def _move_args(t: WorkflowTransition) -> list[Any]:
     ]  # fmt: skip
 
 
+def _plain(t: WorkflowTransition) -> bool:
+    """Writes only the pointer, its history and its step (and waits on no signal)."""
+    return not (
+        t.wake_on
+        or t.consume_signals
+        or t.effects
+        or t.effect_status
+        or t.approval_updates
+        or t.approval_request
+    )
+
+
+def _batch_row(t: WorkflowTransition) -> list[Any]:
+    return [*_move_args(t), t.step, t.step_delay]
+
+
 class PostgresWorkflows:
     """Mixed into :class:`PostgresBackend`: every write is one transaction."""
 
     q: dict[str, str]
+    notify_channel: str
 
     if TYPE_CHECKING:
 
@@ -97,19 +114,33 @@ class PostgresWorkflows:
         return None if row is None else instance_of(row)
 
     async def wf_commit(self, t: WorkflowTransition) -> int | None:
+        return (await self.wf_commit_many([t]))[0]
+
+    async def wf_commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        """Plain transitions in one statement, the others one by one, all in one transaction."""
+        out: list[int | None] = [None] * len(ts)
+        plain = [i for i, t in enumerate(ts) if _plain(t)]
         async with self._tx() as conn:
-            version = await conn.fetchval(self.q["wf_move"], *_move_args(t))
-            if version is None:
-                return None
-            await self._ledger(conn, t, version)
-            if t.step is not None:
-                delay = t.step_delay
-                if delay > 0 and t.wake_on:
-                    found = await conn.fetchval(
-                        self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on)
-                    )
-                    delay = 0.0 if found else delay
-                await self._publish_on(conn, [workflow_step(t.machine, t.key, version, t.step, delay)])
+            if plain:
+                columns = [list(c) for c in zip(*(_batch_row(ts[i]) for i in plain), strict=True)]
+                for row in await conn.fetch(self.q["wf_move_batch"], *columns, self.notify_channel):
+                    out[plain[row["ord"] - 1]] = int(row["version"])
+            for i, t in enumerate(ts):
+                if not _plain(t):
+                    out[i] = await self._commit_on(conn, t)
+        return out
+
+    async def _commit_on(self, conn: Any, t: WorkflowTransition) -> int | None:
+        version = await conn.fetchval(self.q["wf_move"], *_move_args(t))
+        if version is None:
+            return None
+        await self._ledger(conn, t, version)
+        if t.step is not None:
+            delay = t.step_delay
+            if delay > 0 and t.wake_on:
+                found = await conn.fetchval(self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on))
+                delay = 0.0 if found else delay
+            await self._publish_on(conn, [workflow_step(t.machine, t.key, version, t.step, delay)])
         return int(version)
 
     async def _ledger(self, conn: Any, t: WorkflowTransition, version: int) -> None:

@@ -503,6 +503,74 @@ SELECT $1, $2, moved.run_id, moved.version, $18, $19, $20, $3, $21, $22, $23, $2
 FROM moved
 RETURNING version;
 
+-- name: wf_move_batch
+-- wf_move for a whole batch of transitions that write nothing else, in one
+-- statement (one round trip per batch, where one statement per transition
+-- cost most of a visit): each row is guarded on its own version and lease;
+-- the rows that moved get their history row and their next step event
+-- (inserted, fanned out, NOTIFY once per type, as `publish` does). Returns the
+-- input position and new version of each row that moved; a missing position
+-- was refused.
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[],
+                         $7::bytea[], $8::text[], $9::text[], $10::text[], $11::text[],
+                         $12::float8[], $13::boolean[], $14::boolean[], $15::bigint[],
+                         $16::bigint[], $17::uuid[], $18::text[], $19::int[], $20::text[],
+                         $21::boolean[], $22::text[], $23::text[], $24::text[], $25::text[],
+                         $26::bigint[], $27::float8[], $28::text[], $29::float8[])
+        WITH ORDINALITY AS t(machine, key, state, status, visits, attempts, checkpoint, error_code,
+                             error, held_state, compensate_to, next_run_in, entered, new_run,
+                             expected, lease_id, lease_token, h_state, visit, outcome, yielded,
+                             h_error_code, h_error, actor, reason, delivery_id, started_at, step,
+                             step_delay, ord)
+), moved AS (
+    UPDATE {schema}.wf_instances i
+    SET state = t.state, status = t.status, version = i.version + 1, visits = t.visits,
+        attempts = t.attempts, checkpoint = t.checkpoint, last_error_code = t.error_code,
+        last_error = t.error, held_state = t.held_state, compensate_to = t.compensate_to,
+        next_run_at = CASE WHEN t.next_run_in IS NULL THEN NULL
+                           ELSE now() + t.next_run_in * interval '1 second' END,
+        state_entered_at = CASE WHEN t.entered THEN now() ELSE i.state_entered_at END,
+        run_id = CASE WHEN t.new_run THEN i.run_id + 1 ELSE i.run_id END,
+        run_started_at = CASE WHEN t.new_run THEN now() ELSE i.run_started_at END,
+        updated_at = now()
+    FROM input t
+    WHERE i.machine = t.machine AND i.key = t.key AND i.version = t.expected
+      AND (t.lease_id IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.deliveries d
+            WHERE d.id = t.lease_id AND d.lease_token = t.lease_token AND d.status = 'processing'))
+    RETURNING t.ord, i.version, i.run_id
+), hist AS (
+    INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome,
+                                     next_state, yielded, error_code, error, actor, reason,
+                                     delivery_id, started_at)
+    SELECT t.machine, t.key, m.run_id, m.version, t.h_state, t.visit, t.outcome, t.state,
+           t.yielded, t.h_error_code, t.h_error, t.actor, t.reason, t.delivery_id,
+           COALESCE(to_timestamp(t.started_at), now())
+    FROM moved m JOIN input t ON t.ord = m.ord
+    RETURNING 1
+), step AS (
+    INSERT INTO {schema}.events (event_type, key, payload, ordering_key, deliver_at)
+    SELECT 'wf.step.' || t.machine, 'wf/' || t.machine || '/' || t.key || '/v' || m.version || '/' || t.step,
+           convert_to(jsonb_build_object('key', t.key, 'version', m.version, 'reason', t.step)::text,
+                      'UTF8'),
+           t.machine || '/' || t.key, now() + t.step_delay * interval '1 second'
+    FROM moved m JOIN input t ON t.ord = m.ord
+    WHERE t.step IS NOT NULL
+    ORDER BY t.ord
+    ON CONFLICT (event_type, key) DO NOTHING
+    RETURNING id, event_type, ordering_key, deliver_at
+), fanout AS (
+    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
+    SELECT step.id, s.id, CASE WHEN s.ordered THEN step.ordering_key END, step.deliver_at
+    FROM step JOIN {schema}.subscriptions s ON s.event_type = step.event_type
+), notified AS (
+    SELECT pg_notify($30, x.event_type) FROM (SELECT DISTINCT event_type FROM step) x
+)
+SELECT m.ord, m.version, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM hist) AS written
+FROM moved m;
+
 -- name: wf_consume_signals
 -- Signals read by the visit are consumed by its transition, never before.
 UPDATE {schema}.wf_signals SET consumed_version = $3

@@ -105,6 +105,19 @@ def start(
     return inst, True, types
 
 
+def commit_many(
+    conn: sqlite3.Connection, q: Queries, now: float, ts: Sequence[WorkflowTransition]
+) -> tuple[list[int | None], set[str]]:
+    """Every transition of a batch under one write lock and one commit."""
+    versions: list[int | None] = []
+    woken: set[str] = set()
+    for t in ts:
+        version, types = commit(conn, q, now, t)
+        versions.append(version)
+        woken |= types
+    return versions, woken
+
+
 def commit(
     conn: sqlite3.Connection, q: Queries, now: float, t: WorkflowTransition
 ) -> tuple[int | None, set[str]]:
@@ -239,9 +252,12 @@ class SQLiteWorkflows:
         return instance_of(rows[0]) if rows else None
 
     async def wf_commit(self, t: WorkflowTransition) -> int | None:
-        version, types = await self._write(commit, t)
+        return (await self.wf_commit_many([t]))[0]
+
+    async def wf_commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        versions, types = await self._write(commit_many, ts)
         self._woke(types)
-        return version
+        return versions
 
     async def wf_list(
         self, machine: str, status: str | None, state: str | None, limit: int
