@@ -147,10 +147,6 @@ def decode_headers(text: str | None) -> dict[str, str]:
     return value if isinstance(value, dict) else {}
 
 
-TERMINAL_STATUSES = ("completed", "failed", "cancelled")
-"""Statuses after which ``wf_start`` begins a new run on the same key."""
-
-
 def workflow_step(machine: str, key: str, version: int, reason: str, delay: float = 0.0) -> OutgoingEvent:
     """The internal step event that runs one visit of ``(machine, key)`` at ``version``.
 
