@@ -127,8 +127,8 @@ async def transitions(target: Target, instances: int, states: int) -> dict[str, 
     m = chain(states)
     bus = target.bus()
     bus.include(m)
+    await bus.migrate()
     async with bus:
-        await bus.migrate()
         worker = Worker(bus, poll_interval_seconds=0.2)
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
@@ -163,8 +163,8 @@ async def waiting(target: Target, n: int, poll: float, window: float) -> dict[st
         "instances": n,
         "window_s": window,
     }
+    await bus.migrate()
     async with bus:
-        await bus.migrate()
         worker = Worker(bus, poll_interval_seconds=1.0)
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)

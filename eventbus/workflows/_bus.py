@@ -117,7 +117,18 @@ class WorkflowBus(Router):
         return self._commits
 
     def include(self, router: Router | Machine[Any]) -> None:
-        """Add a router's subscriptions, or a machine (checked, then given its step subscription)."""
+        """Add a router's subscriptions, or a machine (checked, then given its step subscription).
+
+        Including another bus includes its machines too, run on this bus.
+        """
+        if isinstance(router, WorkflowBus):
+            steps = {f"wf.{name}" for name in router.machines}
+            for sub in router.subscriptions.values():
+                if sub.name not in steps:
+                    self.add(sub)
+            for m in router.machines.values():
+                self.include(m)
+            return
         if not isinstance(router, Machine):
             super().include(router)
             return
@@ -153,15 +164,17 @@ class WorkflowBus(Router):
         if not isinstance(checkpoint, m.checkpoint):
             raise ConfigurationError(f"{m.name!r} takes a {m.checkpoint.__qualname__} checkpoint")
         key = m.key(checkpoint)
-        if not isinstance(key, str) or not key or key.startswith("~") or len(key) > 200:
-            raise ConfigurationError(f"invalid instance key {key!r}: a non-empty string not starting with ~")
+        if not isinstance(key, str) or not key or len(key) > 200:
+            raise ConfigurationError(
+                f"invalid instance key {key!r}: a non-empty string of at most 200 characters"
+            )
         data = m.encode(checkpoint)
         name = f"wf.{m.name}"
         if name not in self._registered:
             await self.register([name])  # so the first step fans out even before any worker ran
             self._registered.add(name)
         inst, started = await self.backend.wf_start(m.name, key, m.initial.name, data)
-        await self._engines[m.name].revive_sweep()
+        await self._engines[m.name].maybe_sweep()
         return WorkflowRun(m.name, key, inst.run_id, inst.version, inst.status, started)
 
     async def _load(self, m: Machine[Any], key: str) -> WorkflowInstance:
@@ -350,7 +363,11 @@ class WorkflowBus(Router):
     async def sweep_workflows(
         self, machine: Machine[Any] | str | None = None, *, grace_seconds: float | None = None
     ) -> int:
-        """Re-publish a step for instances whose tick was lost; return how many (also runs by itself)."""
+        """Re-publish a step for instances whose tick was lost; return how many.
+
+        Also runs by itself: on the first step a process handles and then every
+        ``sweep_interval`` on the step path, and when a run starts.
+        """
         machines = [self.machine(machine)] if machine is not None else list(self.machines.values())
         total = 0
         for m in machines:

@@ -23,7 +23,6 @@ from ..backends.base import (
     WorkflowHistoryEntry,
     WorkflowStore,
     WorkflowTransition,
-    workflow_step,
 )
 from ..context import Context
 from ..errors import CheckpointTooLarge, ConfigurationError
@@ -44,14 +43,12 @@ from ._outcomes import Fail, Goto, Uncertain, Yield
 if TYPE_CHECKING:
     from ..bus import Bus
 
-__all__ = ["ACTIVE", "SWEEP_KEY", "Engine", "Move"]
+__all__ = ["ACTIVE", "Engine", "Move"]
 
 log = logging.getLogger("eventbus.workflows")
 
 ACTIVE = frozenset({"pending", "running", "waiting", "waiting_approval"})
 """Statuses in which a step event runs a visit."""
-SWEEP_KEY = "~sweep"
-"""Instance key of the machine's own periodic sweep step (user keys never start with ~)."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +74,7 @@ class Engine:
         self.bus = bus
         self.m = machine
         self.actor = f"worker:{socket.gethostname()}:{os.getpid()}"
-        self._revived_at = -float("inf")
+        self._swept_at = -float("inf")
 
     @property
     def store(self) -> WorkflowStore:
@@ -87,10 +84,7 @@ class Engine:
 
     async def handle(self, step: StepEvent, ctx: Context) -> None:
         """The machine's subscription handler: one visit, or a no-op for a stale step."""
-        if step.key == SWEEP_KEY:
-            await self.sweep_tick(step.version)
-            return
-        await self.revive_sweep()
+        await self.maybe_sweep()
         inst = await self.store.wf_load(self.m.name, step.key)
         if inst is None or inst.version != step.version or inst.status not in ACTIVE:
             return
@@ -400,22 +394,13 @@ class Engine:
 
     # -- the sweep for lost ticks -------------------------------------------------------------
 
-    async def sweep_tick(self, bucket: int) -> None:
-        """The machine's periodic sweep: republish lost ticks, then schedule the next sweep."""
+    async def maybe_sweep(self) -> None:
+        """At most once per ``sweep_interval`` in this process (first at its first step):
+        re-publish steps of instances whose tick was lost."""
+        now = time.monotonic()
+        if now - self._swept_at < self.m.sweep_interval:
+            return
+        self._swept_at = now
         found = await self.store.wf_sweep(self.m.name, self.m.sweep_grace)
         if found:
             log.warning("re-published %d lost steps of %s", found, self.m.name)
-        await self._schedule_sweep(max(bucket, int(time.time() // self.m.sweep_interval)) + 1)
-
-    async def revive_sweep(self) -> None:
-        """At most once per interval: make sure the next sweep step exists (its key dedupes)."""
-        now = time.monotonic()
-        if now - self._revived_at < self.m.sweep_interval:
-            return
-        self._revived_at = now
-        await self._schedule_sweep(int(time.time() // self.m.sweep_interval) + 1)
-
-    async def _schedule_sweep(self, bucket: int) -> None:
-        interval = self.m.sweep_interval
-        delay = bucket * interval - time.time()
-        await self.bus.backend.publish([workflow_step(self.m.name, SWEEP_KEY, bucket, "sweep", delay)])

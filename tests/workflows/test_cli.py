@@ -94,3 +94,20 @@ def test_the_example_runs_end_to_end_on_the_sqlite_default(tmp_path: Path) -> No
     assert "GPU jobs submitted: acme, globex, initech, initech, initech (globex: 1 job for two runs)" in text
     assert (GOLDEN / "retrain.mmd").read_text() in text
     assert (tmp_path / "eventbus.db").exists()
+
+
+async def test_a_bus_including_the_application_runs_its_machines() -> None:
+    from eventbus.testing import drain, temporary_bus
+    from handlers.app import bus as app
+    from handlers.gpu import gpu
+
+    gpu.script("hooli", "succeeded", polls=1)
+    async with temporary_bus(router=app) as bus:
+        assert (
+            "retrain" in bus.machines
+            and bus.subscriptions["wf.retrain"].handler != app.subscriptions["wf.retrain"].handler
+        )
+        await bus.start("retrain", Retrain(customer="hooli"))
+        await drain(bus)
+        inst = await bus.instance("retrain", "hooli")
+        assert inst.state == "DONE" and (inst.checkpoint.model or "").startswith("model of hooli")

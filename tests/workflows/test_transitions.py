@@ -201,3 +201,26 @@ async def test_a_lost_tick_is_found_again_by_the_sweep(fbus: Bus) -> None:
             await anyio.sleep(0.05)
     await finish(fbus, flow, ["lost-1"])
     assert (await fbus.instance(flow, "lost-1")).status == "completed"
+
+
+swept = Machine("swept", checkpoint=Job, key=lambda c: c.key, sweep_interval=0.2, sweep_grace=0.0)
+
+
+@swept.state(initial=True, on_success="DONE", on_failure="DONE", continue_run=False, poll=0.3, max_visits=100)
+async def TICK(c: Job, ctx: StepContext) -> Yield | None:
+    c.polls += 1
+    return Yield() if c.polls < c.ready_after else None
+
+
+swept.terminal("DONE")
+
+
+async def test_the_sweep_runs_by_itself_on_the_step_path(bus: Bus) -> None:
+    bus.include(swept)
+    await bus.start(swept, Job(key="lost", ready_after=2))
+    await run_until(bus, lambda: status_is(bus, swept, "lost", "waiting"))
+    pending = (await step_deliveries(bus, "swept", "lost"))["pending"]
+    assert await bus.cancel(pending) == 1
+    await bus.start(swept, Job(key="busy", ready_after=20))  # keeps steps flowing
+    await finish(bus, swept, ["lost"], timeout=10)
+    assert (await bus.instance(swept, "lost")).checkpoint.polls == 2
