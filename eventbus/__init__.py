@@ -56,6 +56,12 @@ from .types import (
     SubscriptionInfo,
     SubscriptionState,
     WorkerRow,
+    WorkflowApprovalRow,
+    WorkflowEffectRow,
+    WorkflowHistoryRow,
+    WorkflowInstance,
+    WorkflowSignalRow,
+    WorkflowStatus,
 )
 from .worker import Worker
 
@@ -111,5 +117,11 @@ __all__ = [
     "UnreachableState",
     "Worker",
     "WorkerRow",
+    "WorkflowApprovalRow",
+    "WorkflowEffectRow",
     "WorkflowError",
+    "WorkflowHistoryRow",
+    "WorkflowInstance",
+    "WorkflowSignalRow",
+    "WorkflowStatus",
 ]
