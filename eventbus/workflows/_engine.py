@@ -316,8 +316,12 @@ class Engine:
                 return None, await self.transition(
                     inst, spec.on_timeout, entry, ctx, error=error, approvals=used
                 )
-            if r.status == "pending":
+            if r.status == "pending" and inst.status == "waiting_approval":
                 return None, None  # still waiting: an early or repeated wake-up writes nothing
+            if r.status == "pending":  # resumed or repointed while the request is open: wait again
+                left = (r.expires_at - inst.now).total_seconds()
+                move = Move(state.name, "waiting_approval", "approval-timeout", left, left)
+                return None, self._write(inst, move, self._entry(inst, "approval-wait", ctx), ctx)
         return None, self._request(inst, state, data, digest, rows, ctx)
 
     def _request(

@@ -174,3 +174,15 @@ async def test_a_changed_input_needs_a_new_approval(wbus: Bus) -> None:
 
 async def _pending_again(bus: Bus) -> bool:
     return len([a for a in await bus.approvals(pay, "change") if a.status == "pending"]) == 1
+
+
+async def test_a_paused_request_waits_again_after_resume_and_still_expires(wbus: Bus) -> None:
+    await wbus.start(hurry, Charge(key="paused"))
+    await _requested(wbus, hurry, "paused")
+    await wbus.pause(hurry, "paused")
+    await wbus.resume(hurry, "paused")
+    await finish(wbus, hurry, ["paused"])
+    assert (await wbus.instance(hurry, "paused")).state == "EXPIRED"
+    outcomes = [r.outcome for r in await wbus.history(hurry, "paused")]
+    assert outcomes[:3] == ["approval-requested", "pause", "resume"] and outcomes[-1] == "expired"
+    assert len(await wbus.approvals(hurry, "paused")) == 1, "the open request is kept, not asked again"
