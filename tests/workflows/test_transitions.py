@@ -224,3 +224,25 @@ async def test_the_sweep_runs_by_itself_on_the_step_path(bus: Bus) -> None:
     await bus.start(swept, Job(key="busy", ready_after=20))  # keeps steps flowing
     await finish(bus, swept, ["lost"], timeout=10)
     assert (await bus.instance(swept, "lost")).checkpoint.polls == 2
+
+
+aged = Machine("aged", checkpoint=Job, key=lambda c: c.key)
+
+
+@aged.state(initial=True, on_success="DONE", on_failure="DONE", continue_run=False, poll=0.1, max_age=0.5)
+async def FOREVER(c: Job, ctx: StepContext) -> Yield:
+    c.polls += 1
+    return Yield()
+
+
+aged.terminal("DONE")
+
+
+async def test_max_age_ends_a_state_that_never_finishes(bus: Bus) -> None:
+    bus.include(aged)
+    await bus.start(aged, Job(key="old"))
+    await finish(bus, aged, ["old"])
+    inst = await bus.instance(aged, "old")
+    assert (inst.state, inst.status) == (MAX_RETRIES, "failed")
+    assert inst.last_error is not None and inst.last_error.startswith("max age reached: FOREVER for ")
+    assert 1 <= inst.checkpoint.polls <= 6, "visits are at least a poll apart and stop past max_age"
