@@ -470,6 +470,10 @@ class WorkflowStore(Protocol):
         """The pointer as committed, with ``has_signals`` telling whether open signals exist."""
         ...
 
+    async def wf_load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        """As :meth:`wf_load` for many keys of one machine in one query; absent keys are left out."""
+        ...
+
     async def wf_commit(self, t: WorkflowTransition) -> int | None:
         """Apply ``t`` atomically; return the new version, or None when the guard refused it."""
         ...

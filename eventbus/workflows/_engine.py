@@ -27,6 +27,7 @@ from ..backends.base import (
 from ..context import Context
 from ..errors import CheckpointTooLarge, ConfigurationError
 from ..types import WorkflowApprovalRow, WorkflowInstance
+from ._commits import LoadQueue
 from ._context import StepContext
 from ._machine import (
     COMPENSATING,
@@ -75,6 +76,7 @@ class Engine:
         self.m = machine
         self.actor = f"worker:{socket.gethostname()}:{os.getpid()}"
         self._swept_at = -float("inf")
+        self.loads = LoadQueue(bus.backend, machine.name)
 
     @property
     def store(self) -> WorkflowStore:
@@ -85,7 +87,7 @@ class Engine:
     async def handle(self, step: StepEvent, ctx: Context) -> None:
         """The machine's subscription handler: one visit, or a no-op for a stale step."""
         await self.maybe_sweep()
-        inst = await self.store.wf_load(self.m.name, step.key)
+        inst = await self.loads.load(step.key)
         if inst is None or inst.version != step.version or inst.status not in ACTIVE:
             return
         t = await self.visit(inst, ctx)

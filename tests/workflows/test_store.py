@@ -30,3 +30,14 @@ async def test_a_batch_applies_each_guard_on_its_own(bus: Bus) -> None:
     assert await bus.backend.wf_commit_many([move("a", 1)]) == [None], "the same transition twice: a no-op"
     again, started = await bus.backend.wf_start("store", "a", "A", b"{}")
     assert not started and again.version == 2, "start is idempotent while the run is live"
+
+
+async def test_load_many_reads_the_pointers_of_several_keys(bus: Bus) -> None:
+    for key in ("x", "y"):
+        await bus.backend.wf_start("store", key, "A", b"{}")
+    await bus.backend.wf_signal("store", "y", "go", b"1", None, [])
+    found = await bus.backend.wf_load_many("store", ["x", "y", "absent"])
+    assert sorted(found) == ["x", "y"]
+    assert (found["x"].has_signals, found["y"].has_signals) == (False, True)
+    single = await bus.backend.wf_load("store", "x")
+    assert single is not None and (single.state, single.version) == (found["x"].state, found["x"].version)

@@ -113,6 +113,11 @@ class PostgresWorkflows:
             row = await conn.fetchrow(self.q["wf_load"], machine, key)
         return None if row is None else instance_of(row)
 
+    async def wf_load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(self.q["wf_load_many"], machine, list(keys))
+        return {r["key"]: instance_of(r) for r in rows}
+
     async def wf_commit(self, t: WorkflowTransition) -> int | None:
         return (await self.wf_commit_many([t]))[0]
 

@@ -462,6 +462,14 @@ SELECT i.*, now() AS now,
            AS has_signals
 FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = $2;
 
+-- name: wf_load_many
+-- wf_load for the visits starting together (one round trip for the batch).
+SELECT i.*, now() AS now,
+       EXISTS (SELECT 1 FROM {schema}.wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = ANY($2::text[]);
+
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
 -- untouched and returns no row: starting is idempotent per key.

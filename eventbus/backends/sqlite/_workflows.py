@@ -251,6 +251,12 @@ class SQLiteWorkflows:
         rows = await self._fetch("wf_load", {"machine": machine, "key": key})
         return instance_of(rows[0]) if rows else None
 
+    async def wf_load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        rows = await self._fetch(
+            "wf_load_many", {"machine": machine, "keys": orjson.dumps(list(keys)).decode()}
+        )
+        return {r["key"]: instance_of(r) for r in rows}
+
     async def wf_commit(self, t: WorkflowTransition) -> int | None:
         return (await self.wf_commit_many([t]))[0]
 

@@ -355,6 +355,15 @@ SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
            AS has_signals
 FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
 
+-- name: wf_load_many
+-- wf_load for the visits starting together (one read for the batch).
+SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
+       EXISTS (SELECT 1 FROM wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM wf_instances i
+WHERE i.machine = :machine AND i.key IN (SELECT value FROM json_each(:keys));
+
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
 -- untouched and returns no row: starting is idempotent per key.
