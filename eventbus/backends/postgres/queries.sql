@@ -571,7 +571,8 @@ WITH input AS (
 ), fanout AS (
     INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
     SELECT step.id, s.id, CASE WHEN s.ordered THEN step.ordering_key END, step.deliver_at
-    FROM step JOIN {schema}.subscriptions s ON s.event_type = step.event_type
+    FROM step JOIN {schema}.subscriptions s
+      ON s.event_type = step.event_type AND s.state <> 'removed'
 ), notified AS (
     SELECT pg_notify($30, x.event_type) FROM (SELECT DISTINCT event_type FROM step) x
 )
