@@ -14,7 +14,6 @@ from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import ConfigurationError, InvalidSchedule, PayloadTooLarge, UnknownEventType, UnknownSchedule
 from .event import Event, check_event_type, decode_event, encode_event, event_type_of
-from .router import Router
 from .schedules import Planner, window
 from .types import (
     DeadLetterFilter,
@@ -27,6 +26,7 @@ from .types import (
     SubscriptionInfo,
     TickReport,
 )
+from .workflows import WorkflowBus
 
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
@@ -56,7 +56,7 @@ def _seconds(delay: float | timedelta | None) -> float:
     return value
 
 
-class Bus(Router):
+class Bus(WorkflowBus):
     """A durable event bus.
 
     :param dsn: ``postgresql://…`` for production, ``sqlite:///path`` for the

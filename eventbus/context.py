@@ -37,6 +37,11 @@ class Context:
         return self._delivery.id
 
     @property
+    def lease_token(self) -> str:
+        """The lease this delivery is held under; writes fenced by it fail once it is lost."""
+        return self._delivery.lease_token
+
+    @property
     def attempt(self) -> int:
         """1 on the first run of this delivery."""
         return self._delivery.attempts

@@ -19,7 +19,17 @@ Every error derives from one root::
     │   ├── MigrationChecksumMismatch
     │   └── SchemaNotMigrated
     ├── NotFound                  no such delivery or event
-    │   └── UnknownSchedule
+    │   ├── UnknownSchedule
+    │   ├── UnknownMachine
+    │   ├── UnknownInstance
+    │   └── UnknownApproval
+    ├── WorkflowError             a state-machine operation was refused
+    │   ├── DefinitionError       the state table is invalid
+    │   │   ├── UncappedCycle
+    │   │   ├── UndeclaredState
+    │   │   └── UnreachableState
+    │   ├── GuardMismatch
+    │   └── CheckpointTooLarge
     ├── HandlerInterrupted        a handler outlived the shutdown grace period
     ├── HandlerTimeout            a handler ran past its timeout
     └── HandlerSignal             raised by handlers to steer their delivery
@@ -34,12 +44,15 @@ from __future__ import annotations
 __all__ = [
     "BackendError",
     "BackendUnavailable",
+    "CheckpointTooLarge",
     "ConfigurationError",
     "DeadLetter",
     "DecodeError",
+    "DefinitionError",
     "DuplicateSubscription",
     "EncodeError",
     "EventBusError",
+    "GuardMismatch",
     "HandlerInterrupted",
     "HandlerSignal",
     "HandlerSignatureError",
@@ -53,8 +66,15 @@ __all__ = [
     "RegistrationError",
     "Retry",
     "SchemaNotMigrated",
+    "UncappedCycle",
+    "UndeclaredState",
+    "UnknownApproval",
     "UnknownEventType",
+    "UnknownInstance",
+    "UnknownMachine",
     "UnknownSchedule",
+    "UnreachableState",
+    "WorkflowError",
 ]
 
 
@@ -163,3 +183,43 @@ class Retry(HandlerSignal):
 
 class DeadLetter(HandlerSignal):
     """The handler asked for the delivery to be dead-lettered."""
+
+
+class UnknownMachine(NotFound):
+    """No machine of this name is included in the bus."""
+
+
+class UnknownInstance(NotFound):
+    """No instance of this machine has this key."""
+
+
+class UnknownApproval(NotFound):
+    """No approval has this id."""
+
+
+class WorkflowError(EventBusError):
+    """The state-machine operation was refused."""
+
+
+class DefinitionError(WorkflowError, RegistrationError):
+    """The state table of the machine is invalid."""
+
+
+class UncappedCycle(DefinitionError):
+    """A cycle of the state table passes no state with max_visits or max_age."""
+
+
+class UndeclaredState(DefinitionError):
+    """An edge leads to a state the machine does not declare."""
+
+
+class UnreachableState(DefinitionError):
+    """A declared state cannot be reached from the initial state."""
+
+
+class GuardMismatch(WorkflowError):
+    """The instance is not in the expected state or moved on since it was read; nothing changed."""
+
+
+class CheckpointTooLarge(WorkflowError):
+    """The encoded checkpoint is over the machine's max_checkpoint_bytes."""

@@ -34,6 +34,12 @@ __all__ = [
     "SubscriptionState",
     "TickReport",
     "WorkerRow",
+    "WorkflowApprovalRow",
+    "WorkflowEffectRow",
+    "WorkflowHistoryRow",
+    "WorkflowInstance",
+    "WorkflowSignalRow",
+    "WorkflowStatus",
 ]
 
 EventId = NewType("EventId", int)
@@ -47,6 +53,17 @@ DstGap = Literal["shift", "skip"]
 DstFold = Literal["first", "last", "both"]
 OccurrenceStatus = Literal[
     "requested", "buffered", "fired", "skipped_missed", "skipped_overlap", "skipped_dst"
+]
+WorkflowStatus = Literal[
+    "pending",
+    "running",
+    "waiting",
+    "waiting_approval",
+    "paused",
+    "completed",
+    "failed",
+    "cancelled",
+    "uncertain",
 ]
 
 
@@ -211,3 +228,96 @@ class TickReport(msgspec.Struct, frozen=True):
     next_due_in: float | None
     full: bool
     """The batch was full: more schedules may be due now."""
+
+
+class WorkflowInstance(msgspec.Struct, frozen=True):
+    """The pointer of one state-machine instance, as last committed.
+
+    ``version`` is the fencing token: every committed transition bumps it, and
+    every write is guarded by the version it read. ``checkpoint`` is the
+    encoded checkpoint (``Machine.instance`` decodes it).
+    """
+
+    machine: str
+    key: str
+    run_id: int
+    state: str
+    status: WorkflowStatus
+    version: int
+    visits: dict[str, int]
+    attempts: int
+    checkpoint: bytes
+    last_error_code: str | None
+    last_error: str | None
+    held_state: str | None
+    compensate_to: str | None
+    next_run_at: datetime | None
+    state_entered_at: datetime
+    run_started_at: datetime
+    updated_at: datetime
+    now: datetime
+    """The database clock when the row was read (caps on age use it)."""
+    has_signals: bool = False
+
+
+class WorkflowHistoryRow(msgspec.Struct, frozen=True):
+    """One visit (or operator action) of an instance, append-only."""
+
+    run_id: int
+    version: int
+    state: str
+    visit: int
+    outcome: str
+    next_state: str
+    yielded: bool
+    error_code: str | None
+    error: str | None
+    actor: str
+    reason: str | None
+    delivery_id: int | None
+    started_at: datetime
+    at: datetime
+
+
+class WorkflowSignalRow(msgspec.Struct, frozen=True):
+    """A durable signal sent to an instance; ``consumed_version`` is set once a transition took it."""
+
+    id: int
+    name: str
+    dedupe: str | None
+    payload: bytes
+    created_at: datetime
+    consumed_version: int | None
+
+
+class WorkflowApprovalRow(msgspec.Struct, frozen=True):
+    """An approval request, tied to the hash of the exact input it approves."""
+
+    id: int
+    machine: str
+    key: str
+    run_id: int
+    state: str
+    input: bytes
+    input_hash: str
+    status: str
+    requested_at: datetime
+    expires_at: datetime
+    decided_by: str | None
+    decided_at: datetime | None
+    reason: str | None
+    consumed_version: int | None = None
+    """Set once a transition acted on the decision: a decision is used once."""
+
+
+class WorkflowEffectRow(msgspec.Struct, frozen=True):
+    """An irreversible effect recorded with a transition, and whether it was compensated."""
+
+    id: int
+    run_id: int
+    state: str
+    op_key: str
+    kind: str
+    ref: str
+    compensation: str | None
+    status: str

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from eventbus import Bus
 
-from . import orders, payments, shipping
+from . import orders, payments, retrain, shipping
 
 bus = Bus()
 bus.include(orders.router)
 bus.include(payments.router)
 bus.include(shipping.router)
+bus.include(retrain.machine)

@@ -23,6 +23,7 @@ from .bench import bench
 from .dlq import dlq
 from .schedule import schedule
 from .subscriptions import subscriptions, unserved_note
+from .workflow import workflow
 
 __all__ = ["main"]
 
@@ -215,6 +216,7 @@ cli.add_command(dlq)
 cli.add_command(subscriptions)
 cli.add_command(bench)
 cli.add_command(schedule)
+cli.add_command(workflow)
 
 
 def main() -> None:

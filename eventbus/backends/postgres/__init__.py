@@ -51,6 +51,7 @@ from ..base import (
 )
 from ._listener import PostgresListener
 from ._schedules import PostgresSchedules
+from ._workflows import PostgresWorkflows
 
 __all__ = ["PostgresBackend"]
 
@@ -170,7 +171,7 @@ def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> Deliv
     )
 
 
-class PostgresBackend(PostgresSchedules):
+class PostgresBackend(PostgresSchedules, PostgresWorkflows):
     """Stores the bus in one PostgreSQL schema."""
 
     kind: Literal["postgres"] = "postgres"

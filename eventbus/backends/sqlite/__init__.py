@@ -53,6 +53,7 @@ from ..base import ClaimedDelivery, Completion, Failure, OutgoingEvent, Subscrip
 from . import _link as sqlconn
 from . import _units as sync
 from ._schedules import SQLiteSchedules
+from ._workflows import SQLiteWorkflows
 
 __all__ = ["SQLiteBackend"]
 
@@ -80,7 +81,7 @@ def _agree(name: str, argument: T | None, from_dsn: T | None, default: T) -> T:
     return from_dsn if from_dsn is not None else default
 
 
-class SQLiteBackend(SQLiteSchedules):
+class SQLiteBackend(SQLiteSchedules, SQLiteWorkflows):
     """Stores the bus in one SQLite file, shared by any number of local processes.
 
     :param dsn: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``,

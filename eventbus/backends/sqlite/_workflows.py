@@ -1,0 +1,332 @@
+"""The :class:`~eventbus.backends.base.WorkflowStore` port on SQLite.
+
+The write functions are transaction bodies (``conn, q, now, ...``) run under
+``BEGIN IMMEDIATE`` on the writer's thread, like those of :mod:`._units`; the
+write lock serialises them with every claim and completion of the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import orjson
+
+from ...types import (
+    WorkflowApprovalRow,
+    WorkflowEffectRow,
+    WorkflowHistoryRow,
+    WorkflowInstance,
+    WorkflowSignalRow,
+)
+from ..base import WorkflowTransition, workflow_step
+from ._link import Queries
+from ._units import publish, to_time
+
+__all__ = ["SQLiteWorkflows"]
+
+T = TypeVar("T")
+Row = sqlite3.Row
+
+
+def _time_or_none(value: float | None) -> Any:
+    return None if value is None else to_time(value)
+
+
+def instance_of(row: Row) -> WorkflowInstance:
+    return WorkflowInstance(
+        machine=row["machine"],
+        key=row["key"],
+        run_id=row["run_id"],
+        state=row["state"],
+        status=row["status"],
+        version=row["version"],
+        visits=orjson.loads(row["visits"]),
+        attempts=row["attempts"],
+        checkpoint=bytes(row["checkpoint"]),
+        last_error_code=row["last_error_code"],
+        last_error=row["last_error"],
+        held_state=row["held_state"],
+        compensate_to=row["compensate_to"],
+        next_run_at=_time_or_none(row["next_run_at"]),
+        state_entered_at=to_time(row["state_entered_at"]),
+        run_started_at=to_time(row["run_started_at"]),
+        updated_at=to_time(row["updated_at"]),
+        now=to_time(row["now"]),
+        has_signals=bool(row["has_signals"]),
+    )
+
+
+def approval_of(row: Row) -> WorkflowApprovalRow:
+    values = dict(row)
+    for name in ("requested_at", "expires_at", "decided_at"):
+        values[name] = _time_or_none(values[name])
+    values["input"] = bytes(values["input"])
+    return WorkflowApprovalRow(**{f: values[f] for f in WorkflowApprovalRow.__struct_fields__})
+
+
+def history_of(row: Row) -> WorkflowHistoryRow:
+    values = dict(row)
+    values["yielded"] = bool(values["yielded"])
+    values["started_at"] = to_time(values["started_at"])
+    values["at"] = to_time(values["at"])
+    return WorkflowHistoryRow(**values)
+
+
+def _params(t: WorkflowTransition, now: float) -> dict[str, Any]:
+    h = t.history
+    assert h is not None, "every transition writes its history row"
+    lease_id, token = t.lease if t.lease is not None else (None, None)
+    return {
+        "machine": t.machine, "key": t.key, "state": t.state, "status": t.status,
+        "visits": orjson.dumps(t.visits).decode(), "attempts": t.attempts,
+        "checkpoint": t.checkpoint, "error_code": t.error_code, "error": t.error,
+        "held_state": t.held_state, "compensate_to": t.compensate_to, "next_run_in": t.next_run_in,
+        "entered": int(t.entered), "new_run": int(t.new_run), "expected_version": t.expected_version,
+        "lease_id": lease_id, "lease_token": token, "now": now,
+        "h_state": h.state, "visit": h.visit, "outcome": h.outcome, "yielded": int(h.yielded),
+        "h_error_code": h.error_code, "h_error": h.error, "actor": h.actor, "reason": h.reason,
+        "delivery_id": h.delivery_id, "started_at": h.started_at,
+    }  # fmt: skip
+
+
+def start(
+    conn: sqlite3.Connection, q: Queries, now: float, machine: str, key: str, state: str, checkpoint: bytes
+) -> tuple[WorkflowInstance, bool, set[str]]:
+    params = {"machine": machine, "key": key, "state": state, "checkpoint": checkpoint, "now": now}
+    rows = conn.execute(q["wf_start"], params).fetchall()
+    if not rows:
+        found = conn.execute(q["wf_load"], params).fetchone()
+        return instance_of(found), False, set()
+    inst = instance_of(rows[0])
+    _, types = publish(conn, q, now, [workflow_step(machine, key, inst.version, "start")])
+    return inst, True, types
+
+
+def commit_many(
+    conn: sqlite3.Connection, q: Queries, now: float, ts: Sequence[WorkflowTransition]
+) -> tuple[list[int | None], set[str]]:
+    """Every transition of a batch under one write lock and one commit."""
+    versions: list[int | None] = []
+    woken: set[str] = set()
+    for t in ts:
+        version, types = commit(conn, q, now, t)
+        versions.append(version)
+        woken |= types
+    return versions, woken
+
+
+def commit(
+    conn: sqlite3.Connection, q: Queries, now: float, t: WorkflowTransition
+) -> tuple[int | None, set[str]]:
+    params = _params(t, now)
+    moved = conn.execute(q["wf_move"], params).fetchall()
+    if not moved:
+        return None, set()
+    version, run_id = int(moved[0][0]), int(moved[0][1])
+    conn.execute(q["wf_history_insert"], {**params, "version": version, "run_id": run_id})
+    _ledger(conn, q, now, t, version)
+    if t.step is None:
+        return version, set()
+    delay = t.step_delay
+    if delay > 0 and t.wake_on:
+        names = orjson.dumps(list(t.wake_on)).decode()
+        found = conn.execute(q["wf_signal_waiting"], {**params, "names": names}).fetchone()[0]
+        delay = 0.0 if found else delay
+    _, types = publish(conn, q, now, [workflow_step(t.machine, t.key, version, t.step, delay)])
+    return version, types
+
+
+def _ledger(conn: sqlite3.Connection, q: Queries, now: float, t: WorkflowTransition, version: int) -> None:
+    """The rows a transition writes beside the pointer: signals, effects, approvals."""
+    base = {"machine": t.machine, "key": t.key, "run_id": t.run_id, "version": version, "now": now}
+    if t.consume_signals:
+        conn.execute(q["wf_consume_signals"], {**base, "ids": orjson.dumps(list(t.consume_signals)).decode()})
+    for e in t.effects:
+        conn.execute(
+            q["wf_effect_insert"],
+            {
+                **base,
+                "state": e.state,
+                "op_key": e.op_key,
+                "kind": e.kind,
+                "ref": e.ref,
+                "compensation": e.compensation,
+            },
+        )
+    for effect_id, status in t.effect_status:
+        conn.execute(q["wf_effect_status"], {"id": effect_id, "status": status})
+    for approval_id, expected, status in t.approval_updates:
+        conn.execute(
+            q["wf_approval_update"], {**base, "id": approval_id, "expected": expected, "status": status}
+        )
+    if (a := t.approval_request) is not None:
+        conn.execute(
+            q["wf_approval_request"],
+            {
+                **base,
+                "state": a.state,
+                "input": a.input,
+                "input_hash": a.input_hash,
+                "timeout_seconds": a.timeout_seconds,
+            },
+        )
+
+
+def signal(
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    params: dict[str, Any],
+    wake_states: Sequence[str],
+) -> tuple[bool, set[str]]:
+    params = {**params, "now": now}
+    pointer = conn.execute(q["wf_lock"], params).fetchone()
+    inserted = conn.execute(q["wf_signal_insert"], params).fetchall()
+    if not inserted:
+        return False, set()
+    if pointer is None or pointer["status"] != "waiting" or pointer["state"] not in wake_states:
+        return True, set()
+    step = workflow_step(params["machine"], params["key"], pointer["version"], f"signal-{inserted[0][0]}")
+    _, types = publish(conn, q, now, [step])
+    return True, types
+
+
+def decide(
+    conn: sqlite3.Connection, q: Queries, now: float, params: dict[str, Any]
+) -> tuple[WorkflowApprovalRow | None, set[str]]:
+    params = {**params, "now": now}
+    decided = conn.execute(q["wf_decide"], params).fetchall()
+    if not decided:
+        return None, set()
+    row = decided[0]
+    pointer = conn.execute(q["wf_lock"], {"machine": row["machine"], "key": row["key"]}).fetchone()
+    if pointer is None or pointer["status"] != "waiting_approval":
+        return approval_of(row), set()
+    step = workflow_step(row["machine"], row["key"], pointer["version"], f"approval-{row['id']}")
+    _, types = publish(conn, q, now, [step])
+    return approval_of(row), types
+
+
+def sweep(
+    conn: sqlite3.Connection, q: Queries, now: float, machine: str, grace_seconds: float, limit: int
+) -> tuple[int, set[str]]:
+    params = {"machine": machine, "grace_seconds": grace_seconds, "limit": limit, "now": now}
+    rows = conn.execute(q["wf_sweep"], params).fetchall()
+    reason = f"sweep-{int(time.time())}"
+    steps = [workflow_step(machine, r["key"], r["version"], reason) for r in rows]
+    if not steps:
+        return 0, set()
+    _, types = publish(conn, q, now, steps)
+    return len(steps), types
+
+
+class SQLiteWorkflows:
+    """Mixed into :class:`SQLiteBackend`."""
+
+    q: dict[str, str]
+
+    if TYPE_CHECKING:
+
+        async def _write(self, body: Callable[..., T], *args: Any) -> T: ...
+
+        async def _fetch(self, name: str, params: Any = ()) -> list[sqlite3.Row]: ...
+
+        def wake_local(self, event_types: set[str]) -> None: ...
+
+    async def wf_start(
+        self, machine: str, key: str, state: str, checkpoint: bytes
+    ) -> tuple[WorkflowInstance, bool]:
+        inst, started, types = await self._write(start, machine, key, state, checkpoint)
+        self._woke(types)
+        return inst, started
+
+    def _woke(self, types: set[str]) -> None:
+        if types:
+            self.wake_local(types)
+
+    async def wf_load(self, machine: str, key: str) -> WorkflowInstance | None:
+        rows = await self._fetch("wf_load", {"machine": machine, "key": key})
+        return instance_of(rows[0]) if rows else None
+
+    async def wf_load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        rows = await self._fetch(
+            "wf_load_many", {"machine": machine, "keys": orjson.dumps(list(keys)).decode()}
+        )
+        return {r["key"]: instance_of(r) for r in rows}
+
+    async def wf_commit(self, t: WorkflowTransition) -> int | None:
+        return (await self.wf_commit_many([t]))[0]
+
+    async def wf_commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        versions, types = await self._write(commit_many, ts)
+        self._woke(types)
+        return versions
+
+    async def wf_list(
+        self, machine: str, status: str | None, state: str | None, limit: int
+    ) -> list[WorkflowInstance]:
+        params = {"machine": machine, "status": status, "state": state, "limit": limit}
+        return [instance_of(r) for r in await self._fetch("wf_list", params)]
+
+    async def wf_counts(self, machine: str) -> dict[tuple[str, str], int]:
+        rows = await self._fetch("wf_counts", {"machine": machine})
+        return {(r["state"], r["status"]): int(r["n"]) for r in rows}
+
+    async def wf_history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:
+        rows = await self._fetch("wf_history", {"machine": machine, "key": key})
+        return [history_of(r) for r in rows]
+
+    async def wf_signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
+        rows = await self._fetch("wf_signals", {"machine": machine, "key": key, "open_only": int(open_only)})
+        return [
+            WorkflowSignalRow(
+                id=r["id"],
+                name=r["name"],
+                dedupe=r["dedupe"],
+                payload=bytes(r["payload"]),
+                created_at=to_time(r["created_at"]),
+                consumed_version=r["consumed_version"],
+            )
+            for r in rows
+        ]
+
+    async def wf_signal(
+        self,
+        machine: str,
+        key: str,
+        name: str,
+        payload: bytes,
+        dedupe: str | None,
+        wake_states: Sequence[str],
+    ) -> bool:
+        params = {"machine": machine, "key": key, "name": name, "dedupe": dedupe, "payload": payload}
+        inserted, types = await self._write(signal, params, list(wake_states))
+        self._woke(types)
+        return inserted
+
+    async def wf_approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
+        return [approval_of(r) for r in await self._fetch("wf_approvals", {"machine": machine, "key": key})]
+
+    async def wf_approval(self, approval_id: int) -> WorkflowApprovalRow | None:
+        rows = await self._fetch("wf_approval", {"id": approval_id})
+        return approval_of(rows[0]) if rows else None
+
+    async def wf_decide(
+        self, approval_id: int, status: str, by: str, reason: str | None
+    ) -> WorkflowApprovalRow | None:
+        params = {"id": approval_id, "status": status, "by": by, "reason": reason}
+        decided, types = await self._write(decide, params)
+        self._woke(types)
+        return decided
+
+    async def wf_effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
+        rows = await self._fetch("wf_effects", {"machine": machine, "key": key, "run_id": run_id})
+        return [WorkflowEffectRow(**dict(r)) for r in rows]
+
+    async def wf_sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
+        count, types = await self._write(sweep, machine, grace_seconds, limit)
+        self._woke(types)
+        return count

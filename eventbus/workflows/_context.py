@@ -1,0 +1,80 @@
+"""What a state function gets beside its checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import orjson
+
+from ..backends.base import WorkflowEffect
+from ..errors import ConfigurationError
+from ..types import WorkflowApprovalRow, WorkflowInstance, WorkflowSignalRow
+
+__all__ = ["StepContext"]
+
+
+class StepContext:
+    """One visit of one state: its identity, the signals it may read, the effects it records.
+
+    ``op_key`` is ``machine/key/run/state/visit``: the same for every delivery
+    of this visit (a re-run after a crash or a lost lease), different for the
+    next visit. Hand it to external providers as the idempotency key.
+    """
+
+    def __init__(
+        self,
+        instance: WorkflowInstance,
+        state: str,
+        visit: int,
+        signals: list[WorkflowSignalRow],
+        compensations: dict[str, Callable[..., Any]],
+        attempt: int = 1,
+        approval: WorkflowApprovalRow | None = None,
+    ) -> None:
+        self.machine = instance.machine
+        self.key = instance.key
+        self.run_id = instance.run_id
+        self.version = instance.version
+        self.state = state
+        self.visit = visit
+        self.attempt = attempt
+        self.approval = approval
+        """The approval this visit runs under (who decided and why), if the state needs one."""
+        self.op_key = f"{instance.machine}/{instance.key}/{instance.run_id}/{state}/{visit}"
+        self._signals = signals
+        self._compensations = compensations
+        self.consumed: list[int] = []
+        self.effects: list[WorkflowEffect] = []
+
+    def signal(self, name: str) -> Any:
+        """The payload of the oldest unconsumed signal ``name`` (consumed with this transition), or None."""
+        for row in self._signals:
+            if row.name == name and row.id not in self.consumed:
+                self.consumed.append(row.id)
+                return orjson.loads(row.payload)
+        return None
+
+    def record_effect(
+        self, kind: str, *, ref: Any = None, compensate: Callable[..., Any] | str | None = None
+    ) -> None:
+        """Record an irreversible effect, committed with this transition.
+
+        When the run ends on a failure terminal, the compensations of recorded
+        effects run in reverse order. ``compensate`` must be registered with
+        ``@machine.compensation``.
+        """
+        name = compensate if isinstance(compensate, str) or compensate is None else compensate.__name__
+        if name is not None and name not in self._compensations:
+            raise ConfigurationError(f"compensation {name!r} is not registered with @machine.compensation")
+        seq = len(self.effects)
+        self.effects.append(
+            WorkflowEffect(
+                state=self.state,
+                op_key=f"{self.op_key}/{seq}",
+                kind=kind,
+                ref=msgspec.json.encode(ref if ref is not None else {}).decode(),
+                compensation=name,
+            )
+        )

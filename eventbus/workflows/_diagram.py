@@ -1,0 +1,105 @@
+"""Diagrams drawn from the registered state table (Mermaid or Graphviz dot).
+
+The diagram is the table: yield points, visit caps, ages, approval and
+signal edges, and the built-in terminals a cap or an approval can reach.
+With live counts, each state shows how many instances are in it, by status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigurationError
+from ._machine import MAX_RETRIES, Machine, State, seconds
+
+__all__ = ["diagram"]
+
+Counts = dict[tuple[str, str], int]
+
+
+def _duration(value: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if value >= size and value % size == 0:
+            return f"{int(value // size)}{unit}"
+    return f"{value:g}s"
+
+
+def _notes(state: State) -> list[str]:
+    notes = []
+    if not state.continue_run:
+        notes.append(f"yields, poll {_duration(state.poll)}" if state.poll else "yields")
+    if state.max_visits is not None:
+        notes.append(f"max {state.max_visits} visits")
+    if state.max_age is not None:
+        notes.append(f"max age {_duration(state.max_age)}")
+    if state.wake_on:
+        notes.append("wakes on " + ", ".join(state.wake_on))
+    if state.approval is not None:
+        notes.append(f"approval, timeout {_duration(seconds(state.approval.timeout) or 0.0)}")
+    return notes
+
+
+def _live(name: str, counts: Counts | None) -> str:
+    if not counts:
+        return ""
+    parts = [f"{n} {status}" for (state, status), n in sorted(counts.items()) if state == name]
+    return f"[{', '.join(parts)}]" if parts else ""
+
+
+def _edges(m: Machine[Any]) -> list[tuple[str, str, str]]:
+    edges: list[tuple[str, str, str]] = []
+    for state in m.states.values():
+        for target, label in state.edges().items():
+            edges.append((state.name, target, label))
+        if state.capped:
+            edges.append((state.name, MAX_RETRIES, "cap"))
+    return edges
+
+
+def _terminals(m: Machine[Any], edges: list[tuple[str, str, str]]) -> list[str]:
+    used = {target for _, target, _ in edges}
+    return [t for t in m.terminals if t in used]
+
+
+def diagram(m: Machine[Any], fmt: str = "mermaid", counts: Counts | None = None) -> str:
+    """Render ``m``'s table as ``mermaid`` or ``dot``; ``counts`` adds instances per state."""
+    if fmt == "mermaid":
+        return _mermaid(m, counts)
+    if fmt == "dot":
+        return _dot(m, counts)
+    raise ConfigurationError(f"unknown diagram format {fmt!r}: use mermaid or dot")
+
+
+def _mermaid(m: Machine[Any], counts: Counts | None) -> str:
+    edges = _edges(m)
+    lines = ["stateDiagram-v2", f"    [*] --> {m.initial.name}"]
+    for state in m.states.values():
+        for note in [*_notes(state), _live(state.name, counts)]:
+            if note:
+                lines.append(f"    {state.name} : {note}")
+    for source, target, label in edges:
+        lines.append(f"    {source} --> {target} : {label}")
+    for terminal in _terminals(m, edges):
+        live = _live(terminal, counts)
+        if live:
+            lines.append(f"    {terminal} : {live}")
+        lines.append(f"    {terminal} --> [*]")
+    return "\n".join(lines) + "\n"
+
+
+def _dot(m: Machine[Any], counts: Counts | None) -> str:
+    edges = _edges(m)
+    lines = [f'digraph "{m.name}" {{', "    rankdir=LR;", "    start [shape=point];"]
+    for state in m.states.values():
+        label = "\\n".join([state.name, *_notes(state), _live(state.name, counts)]).rstrip("\\n")
+        shape = "box, style=dashed" if not state.continue_run else "box"
+        lines.append(f'    {state.name} [shape={shape}, label="{label}"];')
+    for terminal in _terminals(m, edges):
+        label = "\\n".join([terminal, _live(terminal, counts)]).rstrip("\\n")
+        lines.append(f'    {terminal} [shape=doublecircle, label="{label}"];')
+    lines.append(f"    start -> {m.initial.name};")
+    for source, target, label in edges:
+        style = ", style=dashed" if label in ("cap", "timeout", "denied", "goto") else ""
+        lines.append(f'    {source} -> {target} [label="{label}"{style}];')
+    lines.append("}")
+    return "\n".join(lines) + "\n"
