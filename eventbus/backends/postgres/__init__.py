@@ -352,6 +352,8 @@ class PostgresBackend:
                 ids[spec.name] = row["id"]
                 if served and row["state"] != "active":
                     warn_not_active(spec.name, row["state"])
+                if not row["created"] and row["was_ordered"] != spec.ordered:
+                    await conn.execute(self.q["rekey"], row["id"], spec.ordered)
                 if row["created"] and spec.start_from == "earliest":
                     await conn.execute(self.q["backfill"], row["id"])
                     await conn.execute(self.q["backfill_owed"], row["id"])
@@ -412,7 +414,10 @@ class PostgresBackend:
             try:
                 rows = await conn.fetch(query, *args)
             except asyncpg.exceptions.UniqueViolationError:
-                # Another worker took the same ordering key at the same moment.
+                if not ordered:
+                    raise
+                # A replay revived a key's head while another worker claimed a
+                # later row of the key: the index refused one of the two.
                 return []
         text_token = str(token)
         return [
@@ -474,8 +479,8 @@ class PostgresBackend:
         if not ids:
             return 0
         async with self._conn("release") as conn:
-            result = await conn.execute(self.q["release"], list(ids), lease_token)
-        return int(result.split()[-1])
+            row = await conn.fetchrow(self.q["release"], list(ids), lease_token, self.notify_channel)
+        return int(row[0])
 
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
@@ -486,8 +491,8 @@ class PostgresBackend:
 
     async def recover_expired(self, limit: int = 1000) -> int:
         async with self._conn("lease recovery") as conn:
-            rows = await conn.fetch(self.q["recover_expired"], limit)
-        return len(rows)
+            row = await conn.fetchrow(self.q["recover_expired"], limit, self.notify_channel)
+        return int(row[0])
 
     async def next_run_in(self, subscription_id: int) -> float | None:
         async with self._conn("next_run_in") as conn:
