@@ -71,9 +71,7 @@ def _done_order(records: Records) -> dict[str, list[int]]:
 
 
 async def _publish(bus: Bus, keys: list[str], per_key: int) -> None:
-    await bus.publish_many(
-        Envelope(Step(key=k, seq=i), ordering_key=k) for i in range(per_key) for k in keys
-    )
+    await bus.publish_many(Envelope(Step(key=k, seq=i), ordering_key=k) for i in range(per_key) for k in keys)
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
@@ -103,9 +101,12 @@ async def test_order_holds_across_worker_processes(
 ) -> None:
     records = tmp_path / "records"
     keys, per_key = [f"k{i}" for i in range(40)], 10
-    await _publish(bus, keys, per_key)
-    for _ in range(3):
-        _worker(procs, target, records, "--concurrency", "20", "--batch-size", "10", ORD_JITTER_MS="3")
+    for _ in range(3):  # each can hold 10 of the 40 keys at once
+        _worker(procs, target, records, "--concurrency", "10", "--batch-size", "10", ORD_JITTER_MS="5")
+    with anyio.fail_after(30):
+        while len((await bus.status()).workers) < 3:
+            await anyio.sleep(0.05)
+    await _publish(bus, keys, per_key)  # all three are up and compete for it
     total = len(keys) * per_key
     await _until(lambda: _done_count(records) >= total, 90, procs)
     lines = read_records(str(records))
