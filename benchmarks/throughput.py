@@ -5,8 +5,9 @@
 
 Scenarios: end-to-end drain (no-op and 1 ms handlers, several concurrency and
 batch settings, median of 3), ordered drain (an ``ordered=True`` subscription,
-1,000 ordering keys × 20 events each, FIFO per key) beside the same drain
-unordered, and fan-out (1, 3 and 10 subscriptions on one type, deliveries/s). Each run uses a scratch schema or file. Publish rates and
+1,000 ordering keys x 20 events each, FIFO per key) beside the same drain
+unordered, and fan-out (1, 3 and 10 subscriptions on one type, deliveries/s).
+Each run uses a scratch schema or file. Publish rates and
 wake-up latency are measured with the peers, by ``benchmarks.peers.eventbus_bench``.
 """
 
@@ -65,7 +66,7 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = await drain(args.dsn, args.n, args.runs, settings)
     results += await drain(args.dsn, args.n // 2, args.runs, fanout)
     if args.ordered_keys:
-        # Ordered beside unordered on the same load: keys × events per key.
+        # Ordered beside unordered on the same load: keys x events per key.
         n, keyed = args.ordered_keys * args.events_per_key, [(200, 100, 0.0, 1), (200, 100, 0.001, 1)]
         results += await drain(args.dsn, n, args.runs, keyed, ordering_keys=args.ordered_keys)
     return results
