@@ -198,9 +198,11 @@ ORDER BY c.run_at, c.id;
 -- a head waiting for its retry time blocks its key. The checks read the
 -- statement's snapshot, so a head that another worker is claiming right now
 -- is still pending there and keeps its followers out, while SKIP LOCKED passes
--- over the head itself. Each check is one probe (deliveries_key_order,
--- deliveries_one_per_key); the walk in deliveries_pending order passes over
--- the followers of busy keys. deliveries_one_per_key stays the rule: a head
+-- over the head itself. The walk in deliveries_pending order passes over the
+-- followers of busy keys: the processing check comes first because PostgreSQL
+-- hashes it once per statement (deliveries_one_per_key), so a follower of a
+-- running head costs no probe; the earlier-row check is one probe of
+-- deliveries_key_order. deliveries_one_per_key stays the rule: a head
 -- revived by a replay while a later row of its key was being claimed makes
 -- one of the two claims fail, and that worker waits for the next wake-up.
 WITH claimed AS (
@@ -216,11 +218,11 @@ WITH claimed AS (
                 NOT EXISTS (
                     SELECT 1 FROM {schema}.deliveries p
                     WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-                      AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)
+                      AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
                 AND NOT EXISTS (
                     SELECT 1 FROM {schema}.deliveries p
                     WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-                      AND p.status = 'processing' AND p.ordering_key IS NOT NULL)))
+                      AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
         ORDER BY c.run_at, c.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
@@ -331,11 +333,11 @@ WHERE c.subscription_id = $1 AND c.status = 'pending'
         NOT EXISTS (
             SELECT 1 FROM {schema}.deliveries p
             WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-              AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
         AND NOT EXISTS (
             SELECT 1 FROM {schema}.deliveries p
             WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)))
+              AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
 ORDER BY c.run_at
 LIMIT 1;
 

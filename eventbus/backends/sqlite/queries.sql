@@ -85,12 +85,12 @@ WHERE subscription_id = :subscription_id AND status = 'pending'
         NOT EXISTS (
             SELECT 1 FROM deliveries p
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
-              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
-              AND p.ordering_key IS NOT NULL)
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
         AND NOT EXISTS (
             SELECT 1 FROM deliveries p
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
-              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)))
+              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
+              AND p.ordering_key IS NOT NULL)))
 LIMIT 1;
 
 -- name: claim
@@ -128,12 +128,12 @@ WHERE id IN (
         NOT EXISTS (
             SELECT 1 FROM deliveries p
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
-              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
-              AND p.ordering_key IS NOT NULL)
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
         AND NOT EXISTS (
             SELECT 1 FROM deliveries p
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
-              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)))
+              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
+              AND p.ordering_key IS NOT NULL)))
     ORDER BY d.run_at, d.id
     LIMIT :limit)
 RETURNING id, event_id, attempts, ordering_key, run_at;
@@ -224,12 +224,12 @@ WHERE subscription_id = :subscription_id AND status = 'pending'
         NOT EXISTS (
             SELECT 1 FROM deliveries p
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
-              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
-              AND p.ordering_key IS NOT NULL)
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
         AND NOT EXISTS (
             SELECT 1 FROM deliveries p
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
-              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)))
+              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
+              AND p.ordering_key IS NOT NULL)))
 ORDER BY run_at
 LIMIT 1;
 
