@@ -23,7 +23,7 @@ import asyncio
 import os
 import random
 
-from eventbus import Bus, Context, Event, Router
+from eventbus import Bus, Context, Event, RetryPolicy, Router
 
 
 class Step(Event, event_type="order.step"):
@@ -47,7 +47,13 @@ def record(phase: str, event: Step, ctx: Context) -> None:
     os.write(_fd, f"{phase} {event.key} {event.seq} {ctx.attempt} {os.getpid()}\n".encode())
 
 
-@router.subscribe(Step, name="fifo", ordered=True, lease_seconds=LEASE)
+@router.subscribe(
+    Step,
+    name="fifo",
+    ordered=True,
+    lease_seconds=LEASE,
+    retry=RetryPolicy(max_attempts=5, base_delay_seconds=0.2, jitter=0.0),
+)
 async def on_step(event: Step, ctx: Context) -> None:
     record("start", event, ctx)
     if event.seq == SLOW_SEQ and ctx.attempt == 1:

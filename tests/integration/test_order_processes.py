@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from eventbus import Bus, Envelope
+from eventbus.backends.base import Failure
 
 from ..apps.ordered_app import Step, read_records, router
 from ..conftest import Target
@@ -24,6 +25,7 @@ from ..helpers import counts
 from ..processes import EVENTBUS, Proc, ProcessGroup
 
 APP = "tests.apps.ordered_app:bus"
+HOLDER = "00000000-0000-4000-8000-000000000002"
 Records = list[tuple[str, str, int, int, int]]
 
 
@@ -75,25 +77,23 @@ async def _publish(bus: Bus, keys: list[str], per_key: int) -> None:
 
 
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
-async def test_a_released_or_recovered_head_keeps_its_place(
+async def test_an_interrupted_or_recovered_head_keeps_its_place(
     bus: Bus, target: Target, procs: ProcessGroup, tmp_path: Path, how: str
 ) -> None:
+    """SIGTERM cuts the running head off after the grace (a failed attempt, retried
+    after 0.2 s); SIGKILL leaves it to lease recovery. Either way it runs first."""
     records = tmp_path / "records"
     await _publish(bus, ["k"], 5)
     first = _worker(procs, target, records, "--grace", "0.2", ORD_SLOW_SEQ="0", ORD_LEASE="1")
     await _until(_has(records, "start", "k", 0), 20, procs)
-    if how == "sigterm":
-        first.signal(signal.SIGTERM)  # the running head is handed back after the grace
-    else:
-        first.signal(signal.SIGKILL)  # the head's lease runs out
+    first.signal(signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
     assert await first.wait_async(15) is not None
-    if how == "sigkill":
-        await anyio.sleep(1.5)
+    await anyio.sleep(0.5 if how == "sigterm" else 1.5)  # the retry is due / the lease ran out
     second = _worker(procs, target, records, "--burst", ORD_LEASE="1")
     assert await second.wait_async(30) == 0, second.output()
     assert _done_order(read_records(str(records))) == {"k": [0, 1, 2, 3, 4]}
     head = [r for r in read_records(str(records)) if r[:3] == ("start", "k", 0)]
-    assert [r[3] for r in head] == ([1, 1] if how == "sigterm" else [1, 2])  # a release is not an attempt
+    assert [(r[3], r[4]) for r in head] == [(1, first.pid), (2, second.pid)]
 
 
 async def test_order_holds_across_worker_processes(
@@ -131,29 +131,32 @@ def _assert_no_overlap(lines: Records) -> None:
         assert phases == ["start", "done"] * (len(phases) // 2), key
 
 
-@pytest.mark.parametrize("how", ["release", "recovery"])
+@pytest.mark.parametrize("how", ["release", "recovery", "retry"])
 async def test_an_idle_peer_picks_up_a_handed_back_delivery_before_its_poll(
     bus: Bus, target: Target, procs: ProcessGroup, tmp_path: Path, how: str
 ) -> None:
+    """The test holds a claim as a worker would, then hands it back (release) or lets
+    its lease run out and recovers it, or fails it for a retry in 0.3 s; the peer,
+    polling every 30 s, must not wait for its poll."""
     records = tmp_path / "records"
-    holder = _worker(
-        procs, target, records, "--concurrency", "1", "--grace", "0.2", ORD_SLOW_SEQ="0", ORD_LEASE="1"
-    )
+    (sub_id,) = (await bus.register()).values()
     await _publish(bus, ["x"], 1)
-    await _until(_has(records, "start", "x", 0), 20, procs)
-    slow_poll = ["--poll-interval", "30", "--recovery-interval", "30"]
-    peer = _worker(procs, target, records, *slow_poll, ORD_LEASE="1")
-    await _publish(bus, ["warm-up"], 1)  # the holder is full: the peer takes it
+    lease = 4.0
+    (held,) = await bus.backend.claim(sub_id, 1, lease, HOLDER, True)
+    claimed_at = time.monotonic()
+    peer = _worker(procs, target, records, "--poll-interval", "30", "--recovery-interval", "30")
+    await _publish(bus, ["warm-up"], 1)
     await _until(_has(records, "done", "warm-up", 0), 20, procs)
-    await anyio.sleep(1.0)  # the peer is now idle, waiting up to 30 s
+    await anyio.sleep(1.0)  # the peer is idle now, waiting up to 30 s
+    assert not _has(records, "start", "x", 0)()
     if how == "release":
-        holder.signal(signal.SIGTERM)
-        assert await holder.wait_async(15) == 0, holder.output()
+        assert await bus.backend.release([held.id], held.lease_token) == 1
+    elif how == "retry":
+        retry = Failure(held.id, held.lease_token, False, 0.3, "Boom", "boom", "", 0.0, HOLDER)
+        assert await bus.backend.fail([retry]) == {held.id}
     else:
-        holder.signal(signal.SIGKILL)
-        assert await holder.wait_async(15) is not None
-        await anyio.sleep(1.2)  # the lease runs out
-        assert await bus.backend.recover_expired() == 1  # recovered by someone else
+        await anyio.sleep(max(0.0, claimed_at + lease + 0.2 - time.monotonic()))
+        assert await bus.backend.recover_expired() == 1
     handed_back = time.monotonic()
     await _until(_has(records, "done", "x", 0), 10, procs)
     assert time.monotonic() - handed_back < 5.0

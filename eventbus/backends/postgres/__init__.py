@@ -472,6 +472,7 @@ class PostgresBackend:
                 [x.traceback for x in f],
                 [x.duration_seconds for x in f],
                 [x.worker_id for x in f],
+                self.notify_channel,
             )
         return {DeliveryId(r[0]) for r in rows}
 

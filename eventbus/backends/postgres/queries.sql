@@ -242,7 +242,8 @@ WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
 RETURNING id;
 
 -- name: fail
--- Retry (pending at now() + delay) or dead, and append the attempt to history.
+-- Retry (pending at now() + delay) or dead, and append the attempt to history;
+-- peers are notified of retries, as of a publish.
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bool[], $4::float8[], $5::text[],
                          $6::text[], $7::text[], $8::float8[], $9::uuid[])
@@ -258,14 +259,19 @@ WITH t AS (
     FROM t
     WHERE d.id = ANY($1::bigint[]) AND d.id = t.id
       AND d.status = 'processing' AND d.lease_token = t.token
-    RETURNING d.id, d.attempts
+    RETURNING d.id, d.attempts, d.subscription_id, d.status
+), history AS (
+    INSERT INTO {schema}.delivery_attempts
+        (delivery_id, attempt, error_type, message, traceback, duration_seconds, worker_id)
+    SELECT failed.id, failed.attempts, t.error_type, t.message, t.traceback,
+           t.duration_seconds, t.worker_id
+    FROM failed JOIN t ON t.id = failed.id
+), notified AS (
+    -- Idle peers learn of the retry and plan their next claim from its run_at.
+    SELECT pg_notify($10, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM failed WHERE status = 'pending')
 )
-INSERT INTO {schema}.delivery_attempts
-    (delivery_id, attempt, error_type, message, traceback, duration_seconds, worker_id)
-SELECT failed.id, failed.attempts, t.error_type, t.message, t.traceback,
-       t.duration_seconds, t.worker_id
-FROM failed JOIN t ON t.id = failed.id
-RETURNING delivery_id;
+SELECT id, (SELECT count(*) FROM notified) AS notified FROM failed;
 
 -- name: release
 -- Hand back deliveries this worker claimed but will not finish, without
