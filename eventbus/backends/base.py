@@ -295,8 +295,11 @@ class DeliveryStore(Protocol):
         """Move up to ``limit`` runnable pending deliveries to processing under one new lease token.
 
         Each claim counts an attempt. No delivery is held by two claims whose
-        leases are both live. ``after`` is a claim cursor (a previous
-        delivery's ``position``): rows before it are not looked at.
+        leases are both live. With ``ordered``, a keyed delivery is taken only
+        as the head of its key (its earliest pending or processing delivery by
+        event order) while no delivery of the key is processing: FIFO per key.
+        ``after`` is a claim cursor (a previous delivery's ``position``): rows
+        before it are not looked at.
         """
         ...
 
@@ -316,7 +319,11 @@ class DeliveryStore(Protocol):
         ...
 
     async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
-        """Hand claimed deliveries back to pending without counting the attempt."""
+        """Hand claimed deliveries back to pending without counting the attempt.
+
+        They keep their place (run_at and, per key, event order), and waiting
+        workers are woken as by a publish.
+        """
         ...
 
     async def extend(
@@ -326,11 +333,18 @@ class DeliveryStore(Protocol):
         ...
 
     async def recover_expired(self, limit: int = 1000) -> int:
-        """Return deliveries whose lease ran out to pending (or dead when out of attempts)."""
+        """Return deliveries whose lease ran out to pending (or dead when out of attempts).
+
+        They keep their place, and waiting workers are woken as by a publish.
+        """
         ...
 
     async def next_run_in(self, subscription_id: int) -> float | None:
-        """Seconds until the subscription's earliest pending delivery is runnable, or None."""
+        """Seconds until the subscription's next claimable delivery is due, or None.
+
+        Only rows a claim could take count: for an ordered subscription, the
+        heads of keys with nothing processing. None when there is none.
+        """
         ...
 
     async def worker_beat(

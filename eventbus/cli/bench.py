@@ -53,8 +53,13 @@ async def drain_throughput(
     subscriptions: int = 1,
     handler_sleep_seconds: float = 0.0,
     publish_batch: int = 1000,
+    ordering_keys: int = 0,
 ) -> dict[str, Any]:
-    """Publish ``n`` events, drain them with one worker, return rates in events/s."""
+    """Publish ``n`` events, drain them with one worker, return rates in events/s.
+
+    With ``ordering_keys``, the subscriptions are ordered and event ``i`` has
+    ordering key ``i % ordering_keys`` (each key's events spread over the log).
+    """
     bus = await scratch_bus(dsn)
     try:
         for i in range(subscriptions):
@@ -63,12 +68,13 @@ async def drain_throughput(
                 if handler_sleep_seconds:
                     await anyio.sleep(handler_sleep_seconds)
 
-            bus.subscribe(BenchEvent, name=f"bench-{i}")(handler)
+            bus.subscribe(BenchEvent, name=f"bench-{i}", ordered=ordering_keys > 0)(handler)
         await bus.register()  # subscriptions exist before publishing: no backfill
         t0 = time.perf_counter()
         for start in range(0, n, publish_batch):
             await bus.publish_many(
-                Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + publish_batch))
+                Envelope(BenchEvent(n=i), ordering_key=f"k{i % ordering_keys}" if ordering_keys else None)
+                for i in range(start, min(n, start + publish_batch))
             )
         t1 = time.perf_counter()
         await bus.backend.analyze()
@@ -83,6 +89,7 @@ async def drain_throughput(
             "concurrency": concurrency,
             "batch_size": batch_size,
             "handler_sleep_seconds": handler_sleep_seconds,
+            "ordering_keys": ordering_keys,
             "publish_per_second": n / (t1 - t0),
             "deliveries_per_second": deliveries / (t2 - t_drain),
         }

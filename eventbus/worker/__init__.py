@@ -107,6 +107,9 @@ def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int
 class _InFlight:
     token: str
     lease_seconds: float
+    wakes: str | None = None
+    """The event type to wake once the result is written: the delivery holds a
+    key of an ordered subscription, whose next delivery may then be claimed."""
 
 
 class Worker:
@@ -162,7 +165,7 @@ class Worker:
         self._in_flight: dict[DeliveryId, _InFlight] = {}
         self._running = 0
         self._shield = Shield()
-        self._results = ResultWriter(self.backend, lambda i: self._in_flight.pop(i, None), self._shield)
+        self._results = ResultWriter(self.backend, self._forget, self._shield)
         self._slot_freed = anyio.Event()
         self._stopping = False
         self._grace_over = False  # running handlers outlived the grace period
@@ -310,6 +313,13 @@ class Worker:
         return self.concurrency - self._running
 
     async def _note_next_run(self, sub_id: int) -> None:
+        """Plan the next claim from the next claimable row's due time.
+
+        The backend counts only rows a claim could take: for an ordered
+        subscription whose keys are all busy there is none, and the loop waits
+        for a completion (:meth:`_forget`), a wake-up or the slow poll instead
+        of claiming again at once.
+        """
         delay = await self.backend.next_run_in(sub_id)
         if delay is not None:
             self._wake_at = min(self._wake_at, time.monotonic() + max(delay, 0.0))
@@ -324,10 +334,22 @@ class Worker:
         return {sub_id for t in woken for sub_id in self._by_type.get(t, ())}
 
     def _start(self, active: _Active, batch: list[ClaimedDelivery]) -> None:
+        sub = active.sub
         for delivery in batch:
-            self._in_flight[delivery.id] = _InFlight(delivery.lease_token, active.sub.lease_seconds)
+            wakes = sub.event_type if sub.ordered and delivery.ordering_key is not None else None
+            self._in_flight[delivery.id] = _InFlight(delivery.lease_token, sub.lease_seconds, wakes)
             self._running += 1
             self._queue.put((active.sub, delivery))
+
+    def _forget(self, delivery_id: DeliveryId) -> None:
+        """A result was written (or refused): the delivery leaves this worker.
+
+        An ordered subscription whose keys were all busy waits for exactly this
+        (see :meth:`_note_next_run`), so its claim loop is woken.
+        """
+        flight = self._in_flight.pop(delivery_id, None)
+        if flight is not None and flight.wakes is not None:
+            self.backend.wake_local({flight.wakes})
 
     async def _runner(self) -> None:
         """One of ``concurrency`` long-lived tasks that run handlers one at a time.

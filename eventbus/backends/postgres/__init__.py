@@ -354,6 +354,8 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
                 ids[spec.name] = row["id"]
                 if served and row["state"] != "active":
                     warn_not_active(spec.name, row["state"])
+                if not row["created"] and row["was_ordered"] != spec.ordered:
+                    await conn.execute(self.q["rekey"], row["id"], spec.ordered)
                 if row["created"] and spec.start_from == "earliest":
                     await conn.execute(self.q["backfill"], row["id"])
                     await conn.execute(self.q["backfill_owed"], row["id"])
@@ -414,7 +416,10 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
             try:
                 rows = await conn.fetch(query, *args)
             except asyncpg.exceptions.UniqueViolationError:
-                # Another worker took the same ordering key at the same moment.
+                if not ordered:
+                    raise
+                # A replay revived a key's head while another worker claimed a
+                # later row of the key: the index refused one of the two.
                 return []
         text_token = str(token)
         return [
@@ -469,6 +474,7 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
                 [x.traceback for x in f],
                 [x.duration_seconds for x in f],
                 [x.worker_id for x in f],
+                self.notify_channel,
             )
         return {DeliveryId(r[0]) for r in rows}
 
@@ -476,8 +482,8 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
         if not ids:
             return 0
         async with self._conn("release") as conn:
-            result = await conn.execute(self.q["release"], list(ids), lease_token)
-        return int(result.split()[-1])
+            row = await conn.fetchrow(self.q["release"], list(ids), lease_token, self.notify_channel)
+        return int(row[0])
 
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
@@ -488,8 +494,8 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
 
     async def recover_expired(self, limit: int = 1000) -> int:
         async with self._conn("lease recovery") as conn:
-            rows = await conn.fetch(self.q["recover_expired"], limit)
-        return len(rows)
+            row = await conn.fetchrow(self.q["recover_expired"], limit, self.notify_channel)
+        return int(row[0])
 
     async def next_run_in(self, subscription_id: int) -> float | None:
         async with self._conn("next_run_in") as conn:

@@ -7,7 +7,8 @@
 -- duplicate keys), fan out one delivery per subscription of each type, and
 -- NOTIFY once per event type (PostgreSQL folds identical notifications of one
 -- transaction into one). A removed subscription gets nothing; a paused one
--- keeps its backlog growing until it is resumed.
+-- keeps its backlog growing until it is resumed. Event ids, and delivery ids
+-- with them, follow the input order, which ordered subscriptions keep per key.
 WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
                          $6::bigint[], $7::bigint[], $8::text[])
@@ -26,6 +27,7 @@ WITH input AS (
     SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at
     FROM ins JOIN {schema}.subscriptions s
       ON s.event_type = ins.event_type AND s.state <> 'removed'
+    ORDER BY ins.id  -- delivery ids follow event order (the join's order reverses a batch)
 ), notified AS (
     SELECT pg_notify($9, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
 )
@@ -42,6 +44,9 @@ JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
 -- Upsert by name; a name already bound to another event type returns no row.
 -- The state (paused, removed) is the operator's and is left alone; $6 says a
 -- worker serving the subscription registers it.
+-- was_ordered is the mode before this upsert (NULL for a new subscription), so
+-- a switch between ordered and unordered can rekey the pending deliveries.
+WITH old AS (SELECT ordered FROM {schema}.subscriptions WHERE name = $1)
 INSERT INTO {schema}.subscriptions (name, event_type, max_attempts, lease_seconds, ordered,
                                     worker_seen_at)
 VALUES ($1, $2, $3, $4, $5, CASE WHEN $6::bool THEN now() END)
@@ -50,7 +55,18 @@ ON CONFLICT (name) DO UPDATE
         ordered = EXCLUDED.ordered, last_seen_at = now(),
         worker_seen_at = coalesce(EXCLUDED.worker_seen_at, {schema}.subscriptions.worker_seen_at)
     WHERE {schema}.subscriptions.event_type = EXCLUDED.event_type
-RETURNING id, (xmax = 0) AS created, state;
+RETURNING id, (xmax = 0) AS created, state, (SELECT ordered FROM old) AS was_ordered;
+
+-- name: rekey
+-- A subscription switched between ordered and unordered: its deliveries that
+-- may still run (pending, and dead ones a replay can revive) take the new
+-- mode's ordering key, the event's key when ordered and none otherwise.
+-- Processing rows finish as they were claimed.
+UPDATE {schema}.deliveries d
+SET ordering_key = CASE WHEN $2 THEN e.ordering_key END
+FROM {schema}.events e
+WHERE d.subscription_id = $1 AND d.status IN ('pending', 'dead') AND e.id = d.event_id
+  AND d.ordering_key IS DISTINCT FROM (CASE WHEN $2 THEN e.ordering_key END);
 
 -- name: backfill
 -- A new subscription reads the retained log from the start. Idempotent (the
@@ -127,12 +143,14 @@ DELETE FROM {schema}.subscription_backfills WHERE subscription_id = $1 RETURNING
 -- take them under a lease and a fresh token, and return them with their payload.
 -- Only an active subscription is claimed from (a one-row check, evaluated once).
 -- `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the
--- planner thinks of the table's size.
+-- planner thinks of the table's size. An unordered claim clears the ordering
+-- key (already NULL unless the subscription was ordered when the row was
+-- fanned out), so it can never trip deliveries_one_per_key.
 WITH claimed AS (
     UPDATE {schema}.deliveries d
     SET status = 'processing', attempts = d.attempts + 1,
         lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
-        updated_at = now()
+        ordering_key = NULL, updated_at = now()
     WHERE d.id = ANY(ARRAY(
         SELECT id FROM {schema}.deliveries
         WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
@@ -157,7 +175,7 @@ WITH claimed AS (
     UPDATE {schema}.deliveries d
     SET status = 'processing', attempts = d.attempts + 1,
         lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
-        updated_at = now()
+        ordering_key = NULL, updated_at = now()
     WHERE d.id = ANY(ARRAY(
         SELECT id FROM {schema}.deliveries
         WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
@@ -174,34 +192,40 @@ FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
 -- name: claim_ordered
--- As claim, for subscriptions that serialise per key: skip keys already being
--- processed and take one row per key. deliveries_one_per_key enforces the
--- rule when two workers race; the loser's statement fails and it retries.
-WITH candidates AS (
-    SELECT d.id, d.ordering_key, d.run_at FROM {schema}.deliveries d
-    WHERE d.subscription_id = $1 AND d.status = 'pending' AND d.run_at <= now()
-      AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
-      AND (d.ordering_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM {schema}.deliveries p
-            WHERE p.subscription_id = $1 AND p.ordering_key = d.ordering_key
-              AND p.status = 'processing'))
-    ORDER BY d.run_at, d.id
-    LIMIT $2 * 4
-    FOR UPDATE SKIP LOCKED
-), picked AS (
-    SELECT id FROM (
-        SELECT id, ordering_key, run_at,
-               row_number() OVER (PARTITION BY ordering_key ORDER BY run_at, id) AS rank
-        FROM candidates) ranked
-    WHERE ordering_key IS NULL OR rank = 1
-    ORDER BY run_at, id
-    LIMIT $2
-), claimed AS (
+-- As claim, for subscriptions that are FIFO per key: a keyed row is taken only
+-- as the head of its key (no earlier delivery of the key, by event id, is
+-- pending or processing) and only while no delivery of the key is processing;
+-- a head waiting for its retry time blocks its key. The checks read the
+-- statement's snapshot, so a head that another worker is claiming right now
+-- is still pending there and keeps its followers out, while SKIP LOCKED passes
+-- over the head itself. The walk in deliveries_pending order passes over the
+-- followers of busy keys: the processing check comes first because PostgreSQL
+-- hashes it once per statement (deliveries_one_per_key), so a follower of a
+-- running head costs no probe; the earlier-row check is one probe of
+-- deliveries_key_order. deliveries_one_per_key stays the rule: a head
+-- revived by a replay while a later row of its key was being claimed makes
+-- one of the two claims fail, and that worker waits for the next wake-up.
+WITH claimed AS (
     UPDATE {schema}.deliveries d
     SET status = 'processing', attempts = d.attempts + 1,
         lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
         updated_at = now()
-    WHERE d.id = ANY(ARRAY(SELECT id FROM picked))
+    WHERE d.id = ANY(ARRAY(
+        SELECT c.id FROM {schema}.deliveries c
+        WHERE c.subscription_id = $1 AND c.status = 'pending' AND c.run_at <= now()
+          AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
+          AND (c.ordering_key IS NULL OR (
+                NOT EXISTS (
+                    SELECT 1 FROM {schema}.deliveries p
+                    WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
+                      AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
+                AND NOT EXISTS (
+                    SELECT 1 FROM {schema}.deliveries p
+                    WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
+                      AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
+        ORDER BY c.run_at, c.id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED))
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
@@ -218,7 +242,8 @@ WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
 RETURNING id;
 
 -- name: fail
--- Retry (pending at now() + delay) or dead, and append the attempt to history.
+-- Retry (pending at now() + delay) or dead, and append the attempt to history;
+-- peers are notified of retries, as of a publish.
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bool[], $4::float8[], $5::text[],
                          $6::text[], $7::text[], $8::float8[], $9::uuid[])
@@ -234,22 +259,35 @@ WITH t AS (
     FROM t
     WHERE d.id = ANY($1::bigint[]) AND d.id = t.id
       AND d.status = 'processing' AND d.lease_token = t.token
-    RETURNING d.id, d.attempts
+    RETURNING d.id, d.attempts, d.subscription_id, d.status
+), history AS (
+    INSERT INTO {schema}.delivery_attempts
+        (delivery_id, attempt, error_type, message, traceback, duration_seconds, worker_id)
+    SELECT failed.id, failed.attempts, t.error_type, t.message, t.traceback,
+           t.duration_seconds, t.worker_id
+    FROM failed JOIN t ON t.id = failed.id
+), notified AS (
+    -- Idle peers learn of the retry and plan their next claim from its run_at.
+    SELECT pg_notify($10, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM failed WHERE status = 'pending')
 )
-INSERT INTO {schema}.delivery_attempts
-    (delivery_id, attempt, error_type, message, traceback, duration_seconds, worker_id)
-SELECT failed.id, failed.attempts, t.error_type, t.message, t.traceback,
-       t.duration_seconds, t.worker_id
-FROM failed JOIN t ON t.id = failed.id
-RETURNING delivery_id;
+SELECT id, (SELECT count(*) FROM notified) AS notified FROM failed;
 
 -- name: release
 -- Hand back deliveries this worker claimed but will not finish, without
--- counting the attempt.
-UPDATE {schema}.deliveries
-SET status = 'pending', attempts = attempts - 1, lease_until = NULL, lease_token = NULL,
-    run_at = now(), updated_at = now()
-WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2;
+-- counting the attempt. run_at is kept (it was due when claimed), so a
+-- delivery keeps its place in the queue; peers are notified, as by a publish.
+WITH released AS (
+    UPDATE {schema}.deliveries
+    SET status = 'pending', attempts = attempts - 1, lease_until = NULL, lease_token = NULL,
+        updated_at = now()
+    WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
+    RETURNING subscription_id
+), notified AS (
+    SELECT pg_notify($3, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM released)
+)
+SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified);
 
 -- name: extend
 UPDATE {schema}.deliveries
@@ -259,7 +297,9 @@ RETURNING id;
 
 -- name: recover_expired
 -- Deliveries whose worker stopped renewing the lease: the attempt counts; they
--- go back to pending, or dead when out of attempts.
+-- go back to pending, or dead when out of attempts. run_at is kept (it was due
+-- when claimed), so a delivery keeps its place; peers are notified of the
+-- pending ones, as by a publish.
 WITH expired AS (
     SELECT id FROM {schema}.deliveries
     WHERE status = 'processing' AND lease_until < now()
@@ -269,23 +309,43 @@ WITH expired AS (
 ), recovered AS (
     UPDATE {schema}.deliveries d
     SET status = CASE WHEN d.attempts >= s.max_attempts THEN 'dead' ELSE 'pending' END,
-        run_at = now(), last_error = 'LeaseExpired: the worker stopped renewing its lease',
+        last_error = 'LeaseExpired: the worker stopped renewing its lease',
         lease_until = NULL, lease_token = NULL, updated_at = now()
     FROM expired, {schema}.subscriptions s
     WHERE d.id = expired.id AND s.id = d.subscription_id
       AND d.status = 'processing' AND d.lease_until < now()
-    RETURNING d.id, d.attempts, d.worker_id
+    RETURNING d.id, d.attempts, d.worker_id, d.subscription_id, d.status
+), history AS (
+    INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, error_type, message, worker_id)
+    SELECT id, attempts, 'LeaseExpired', 'the worker stopped renewing its lease', worker_id
+    FROM recovered
+), notified AS (
+    SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM recovered WHERE status = 'pending')
 )
-INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, error_type, message, worker_id)
-SELECT id, attempts, 'LeaseExpired', 'the worker stopped renewing its lease', worker_id
-FROM recovered
-RETURNING delivery_id;
+SELECT (SELECT count(*) FROM recovered), (SELECT count(*) FROM notified);
 
 -- name: next_run_in
--- None for a paused or removed subscription: nothing of it will be claimable.
-SELECT extract(epoch FROM min(run_at) - now())::float8
-FROM {schema}.deliveries WHERE subscription_id = $1 AND status = 'pending'
-  AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active');
+-- When the subscription's next claimable delivery is due: the earliest pending
+-- row that is unkeyed or the head of a key with nothing processing (as in
+-- claim_ordered). No row when every key is busy: the worker then waits for a
+-- completion or a wake-up instead of claiming again at once. None for a paused
+-- or removed subscription: nothing of it will be claimable.
+SELECT extract(epoch FROM c.run_at - now())::float8
+FROM {schema}.deliveries c
+WHERE c.subscription_id = $1 AND c.status = 'pending'
+  AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
+  AND (c.ordering_key IS NULL OR (
+        NOT EXISTS (
+            SELECT 1 FROM {schema}.deliveries p
+            WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
+        AND NOT EXISTS (
+            SELECT 1 FROM {schema}.deliveries p
+            WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
+              AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
+ORDER BY c.run_at
+LIMIT 1;
 
 -- name: status
 -- Counted on the narrow table alone: a subscription has one event type, so

@@ -350,7 +350,10 @@ class SQLiteBackend(SQLiteSchedules, SQLiteWorkflows):
     async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
         if not ids:
             return 0
-        return await self._write(sync.release, ids, lease_token)
+        moved, types = await self._write(sync.release, ids, lease_token)
+        if types:
+            self.wake_local(types)  # other processes see the commit (data_version)
+        return moved
 
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
@@ -361,7 +364,12 @@ class SQLiteBackend(SQLiteSchedules, SQLiteWorkflows):
 
     async def recover_expired(self, limit: int = 1000) -> int:
         recovered = await self._write_if("recover_probe", {}, sync.recover_expired, limit)
-        return recovered or 0
+        if recovered is None:
+            return 0
+        moved, types = recovered
+        if types:
+            self.wake_local(types)  # other processes see the commit (data_version)
+        return moved
 
     async def next_run_in(self, subscription_id: int) -> float | None:
         rows = await self._fetch("next_run_in", {"subscription_id": subscription_id})

@@ -248,6 +248,8 @@ def register(
             if served and found[0][2] != "active":
                 warn_not_active(spec.name, found[0][2])
             conn.execute(q["subscription_update"], {**params, "id": ids[spec.name]})
+            if bool(found[0]["ordered"]) != spec.ordered:
+                conn.execute(q["rekey"], {"subscription_id": ids[spec.name], "ordered": params["ordered"]})
             continue
         ids[spec.name] = int(_all(conn, q["subscription_insert"], params)[0][0])
         if spec.start_from == "earliest":
@@ -354,16 +356,12 @@ def fail(conn: sqlite3.Connection, q: Queries, now: float, failures: Sequence[Fa
     return failed
 
 
-def release(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], lease_token: str) -> int:
-    cursor = conn.execute(
-        q["release"],
-        {
-            "ids": _ids_json(ids),
-            "lease_token": lease_token,
-            "now": now,
-        },
-    )
-    return cursor.rowcount
+def release(
+    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], lease_token: str
+) -> tuple[int, set[str]]:
+    """Hand back owned deliveries; how many moved and the event types to wake."""
+    rows = _all(conn, q["release"], {"ids": _ids_json(ids), "lease_token": lease_token, "now": now})
+    return len(rows), event_types_of(conn, q, {int(r[0]) for r in rows})
 
 
 def extend(
@@ -387,8 +385,11 @@ def extend(
     return {DeliveryId(int(r[0])) for r in rows}
 
 
-def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int) -> int:
-    """Expired leases: the attempt counts; back to pending, or dead when out of attempts."""
+def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int) -> tuple[int, set[str]]:
+    """Expired leases: the attempt counts; back to pending, or dead when out of attempts.
+
+    Returns how many were recovered and the event types to wake.
+    """
     rows = _all(conn, q["recover_expired"], {"limit": limit, "now": now})
     conn.executemany(
         q["recover_record"],
@@ -397,7 +398,7 @@ def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int
             for r in rows
         ],
     )
-    return len(rows)
+    return len(rows), event_types_of(conn, q, {int(r["subscription_id"]) for r in rows})
 
 
 def worker_beat(

@@ -35,7 +35,7 @@ INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated
 VALUES (:event_id, :subscription_id, :ordering_key, :run_at, :now);
 
 -- name: subscription_by_name
-SELECT id, event_type, state FROM subscriptions WHERE name = :name;
+SELECT id, event_type, state, ordered FROM subscriptions WHERE name = :name;
 
 -- name: subscription_insert
 -- :served says a worker serving the subscription registers it.
@@ -52,6 +52,17 @@ SET max_attempts = :max_attempts, lease_seconds = :lease_seconds, ordered = :ord
     last_seen_at = :now, worker_seen_at = CASE WHEN :served THEN :now ELSE worker_seen_at END
 WHERE id = :id;
 
+-- name: rekey
+-- A subscription switched between ordered and unordered: its deliveries that
+-- may still run (pending, and dead ones a replay can revive) take the new
+-- mode's ordering key, the event's key when ordered and none otherwise.
+-- Processing rows finish as they were claimed.
+UPDATE deliveries
+SET ordering_key = CASE WHEN :ordered
+                        THEN (SELECT e.ordering_key FROM events e WHERE e.id = deliveries.event_id)
+                   END
+WHERE subscription_id = :subscription_id AND status IN ('pending', 'dead');
+
 -- name: backfill
 -- A new subscription reads the retained log from the start (events_type_id).
 -- The WHERE clause is required: it keeps ON CONFLICT from parsing as a join.
@@ -62,21 +73,35 @@ ORDER BY e.id
 ON CONFLICT (event_id, subscription_id) DO NOTHING;
 
 -- name: claim_probe
--- Read outside any transaction: is anything runnable? Spares the write lock
--- when the queue is empty (deliveries_pending) or the subscription is paused.
-SELECT 1 FROM deliveries
+-- Read outside any transaction: is anything claimable? Spares the write lock
+-- when the queue is empty, the subscription is paused or every key of an
+-- ordered subscription is busy (deliveries_pending; the key checks are those
+-- of claim_ordered, and always true for unkeyed rows).
+SELECT 1 FROM deliveries d
 WHERE subscription_id = :subscription_id AND status = 'pending'
   AND run_at <= (julianday('now') - 2440587.5) * 86400.0
   AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
+  AND (ordering_key IS NULL OR (
+        NOT EXISTS (
+            SELECT 1 FROM deliveries p
+            WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
+        AND NOT EXISTS (
+            SELECT 1 FROM deliveries p
+            WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
+              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
+              AND p.ordering_key IS NOT NULL)))
 LIMIT 1;
 
 -- name: claim
 -- Take up to :limit runnable rows (deliveries_pending) under a lease and a
--- fresh token. The write lock makes SKIP LOCKED unnecessary. Only an active
--- subscription is claimed from.
+-- fresh token. The write lock makes SKIP LOCKED unnecessary. An unordered
+-- claim clears the ordering key (already NULL unless the subscription was
+-- ordered when the row was fanned out), so it can never trip
+-- deliveries_one_per_key. Only an active subscription is claimed from.
 UPDATE deliveries
 SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
-    lease_token = :lease_token, worker_id = :worker_id, updated_at = :now
+    lease_token = :lease_token, worker_id = :worker_id, ordering_key = NULL, updated_at = :now
 WHERE id IN (
     SELECT id FROM deliveries
     WHERE subscription_id = :subscription_id AND status = 'pending' AND run_at <= :now
@@ -86,29 +111,30 @@ WHERE id IN (
 RETURNING id, event_id, attempts, ordering_key, run_at;
 
 -- name: claim_ordered
--- As claim, for subscriptions that serialise per key: skip keys already being
--- processed (deliveries_one_per_key) and take the oldest row per key.
+-- As claim, for subscriptions that are FIFO per key: a keyed row is taken only
+-- as the head of its key (no earlier delivery of the key, by event id, is
+-- pending or processing) and only while no delivery of the key is processing;
+-- a head waiting for its retry time blocks its key. One probe per check
+-- (deliveries_key_order, deliveries_one_per_key); the write lock makes the
+-- checks exact.
 UPDATE deliveries
 SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
     lease_token = :lease_token, worker_id = :worker_id, updated_at = :now
 WHERE id IN (
-    SELECT id FROM (
-        SELECT id, ordering_key, run_at,
-               row_number() OVER (PARTITION BY ordering_key ORDER BY run_at, id) AS rank
-        FROM (
-            SELECT d.id, d.ordering_key, d.run_at FROM deliveries d
-            WHERE d.subscription_id = :subscription_id AND d.status = 'pending'
-              AND d.run_at <= :now
-              AND EXISTS (SELECT 1 FROM subscriptions
-                          WHERE id = :subscription_id AND state = 'active')
-              AND (d.ordering_key IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM deliveries p
-                    WHERE p.subscription_id = :subscription_id
-                      AND p.ordering_key = d.ordering_key AND p.status = 'processing'))
-            ORDER BY d.run_at, d.id
-            LIMIT :limit * 4))
-    WHERE ordering_key IS NULL OR rank = 1
-    ORDER BY run_at, id
+    SELECT d.id FROM deliveries d
+    WHERE d.subscription_id = :subscription_id AND d.status = 'pending' AND d.run_at <= :now
+      AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
+      AND (ordering_key IS NULL OR (
+        NOT EXISTS (
+            SELECT 1 FROM deliveries p
+            WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
+        AND NOT EXISTS (
+            SELECT 1 FROM deliveries p
+            WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
+              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
+              AND p.ordering_key IS NOT NULL)))
+    ORDER BY d.run_at, d.id
     LIMIT :limit)
 RETURNING id, event_id, attempts, ordering_key, run_at;
 
@@ -140,12 +166,14 @@ VALUES (:delivery_id, :attempt, :error_type, :message, :traceback, :duration_sec
 
 -- name: release
 -- Hand back deliveries this worker claimed but will not finish, without
--- counting the attempt.
+-- counting the attempt. run_at is kept (it was due when claimed), so a
+-- delivery keeps its place in the queue.
 UPDATE deliveries
 SET status = 'pending', attempts = attempts - 1, lease_until = NULL, lease_token = NULL,
-    run_at = :now, updated_at = :now
+    updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND status = 'processing' AND lease_token = :lease_token;
+  AND status = 'processing' AND lease_token = :lease_token
+RETURNING subscription_id;
 
 -- name: extend
 UPDATE deliveries
@@ -162,19 +190,20 @@ LIMIT 1;
 
 -- name: recover_expired
 -- Deliveries whose worker stopped renewing the lease: the attempt counts; they
--- go back to pending, or dead when out of attempts.
+-- go back to pending, or dead when out of attempts. run_at is kept (it was due
+-- when claimed), so a delivery keeps its place.
 UPDATE deliveries
 SET status = CASE WHEN attempts >= (SELECT s.max_attempts FROM subscriptions s
                                     WHERE s.id = deliveries.subscription_id)
                   THEN 'dead' ELSE 'pending' END,
-    run_at = :now, last_error = 'LeaseExpired: the worker stopped renewing its lease',
+    last_error = 'LeaseExpired: the worker stopped renewing its lease',
     lease_until = NULL, lease_token = NULL, updated_at = :now
 WHERE id IN (
     SELECT id FROM deliveries
     WHERE status = 'processing' AND lease_until < :now
     ORDER BY lease_until
     LIMIT :limit)
-RETURNING id, attempts, worker_id;
+RETURNING id, attempts, worker_id, subscription_id;
 
 -- name: recover_record
 INSERT INTO delivery_attempts (delivery_id, attempt, error_type, message, worker_id, failed_at)
@@ -182,10 +211,27 @@ VALUES (:delivery_id, :attempt, 'LeaseExpired', 'the worker stopped renewing its
         :worker_id, :now);
 
 -- name: next_run_in
--- None for a paused or removed subscription: nothing of it will be claimable.
-SELECT min(run_at) - (julianday('now') - 2440587.5) * 86400.0
-FROM deliveries WHERE subscription_id = :subscription_id AND status = 'pending'
-  AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active');
+-- When the subscription's next claimable delivery is due: the earliest pending
+-- row that is unkeyed or the head of a key with nothing processing (as in
+-- claim_ordered). No row when every key is busy: the worker then waits for a
+-- completion or a wake-up instead of claiming again at once. None for a paused
+-- or removed subscription: nothing of it will be claimable.
+SELECT run_at - (julianday('now') - 2440587.5) * 86400.0
+FROM deliveries d
+WHERE subscription_id = :subscription_id AND status = 'pending'
+  AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
+  AND (ordering_key IS NULL OR (
+        NOT EXISTS (
+            SELECT 1 FROM deliveries p
+            WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
+              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
+        AND NOT EXISTS (
+            SELECT 1 FROM deliveries p
+            WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
+              AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
+              AND p.ordering_key IS NOT NULL)))
+ORDER BY run_at
+LIMIT 1;
 
 -- name: status
 -- Counted on the narrow table alone: a subscription has one event type.
