@@ -105,7 +105,7 @@ class PostgresWorkflows:
                 found = await conn.fetchrow(self.q["wf_load"], machine, key)
                 return instance_of(found), False
             inst = instance_of(row)
-            await self._publish_on(conn, [workflow_step(machine, key, inst.version, "start")])
+            await self._publish_steps(conn, [workflow_step(machine, key, inst.version, "start")])
         return inst, True
 
     async def wf_load(self, machine: str, key: str) -> WorkflowInstance | None:
@@ -145,7 +145,7 @@ class PostgresWorkflows:
             if delay > 0 and t.wake_on:
                 found = await conn.fetchval(self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on))
                 delay = 0.0 if found else delay
-            await self._publish_on(conn, [workflow_step(t.machine, t.key, version, t.step, delay)])
+            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, t.step, delay)])
         return int(version)
 
     async def _ledger(self, conn: Any, t: WorkflowTransition, version: int) -> None:
@@ -189,6 +189,20 @@ class PostgresWorkflows:
             rows = await conn.fetch(self.q["wf_history"], machine, key)
         return [WorkflowHistoryRow(**dict(r)) for r in rows]
 
+    async def _publish_steps(self, conn: Any, steps: list[OutgoingEvent]) -> None:
+        """Publish step events; a step due now first pulls its instance's delayed steps forward.
+
+        The step subscription keeps per-key FIFO order, so a tick still waiting
+        for its poll would otherwise hold back the step that wakes the instance.
+        The tick that comes first then runs (or, stale, does nothing) at once.
+        """
+        now = [s for s in steps if s.delay_seconds == 0]
+        if now:
+            await conn.execute(
+                self.q["wf_hasten"], [s.event_type for s in now], [s.ordering_key for s in now]
+            )
+        await self._publish_on(conn, steps)
+
     async def wf_signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
         async with self._conn() as conn:
             rows = await conn.fetch(self.q["wf_signals"], machine, key, open_only)
@@ -210,7 +224,7 @@ class PostgresWorkflows:
                 return False
             if pointer is not None and pointer["status"] == "waiting" and pointer["state"] in wake_states:
                 step = workflow_step(machine, key, pointer["version"], f"signal-{new_id}")
-                await self._publish_on(conn, [step])
+                await self._publish_steps(conn, [step])
         return True
 
     async def wf_approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
@@ -238,7 +252,7 @@ class PostgresWorkflows:
                 step = workflow_step(
                     row["machine"], row["key"], pointer["version"], f"approval-{approval_id}"
                 )
-                await self._publish_on(conn, [step])
+                await self._publish_steps(conn, [step])
         return approval_of(decided)
 
     async def wf_effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
@@ -252,5 +266,5 @@ class PostgresWorkflows:
             rows = await conn.fetch(self.q["wf_sweep"], machine, grace_seconds, limit)
             steps = [workflow_step(machine, r["key"], r["version"], reason) for r in rows]
             if steps:
-                await self._publish_on(conn, steps)
+                await self._publish_steps(conn, steps)
         return len(steps)

@@ -853,6 +853,15 @@ WHERE id = $1 AND status = $2 AND consumed_version IS NULL;
 SELECT state, status, version FROM {schema}.wf_instances
 WHERE machine = $1 AND key = $2 FOR UPDATE;
 
+-- name: wf_hasten
+-- A step due now pulls the instance's delayed steps (a tick waiting for its
+-- poll) forward: the step subscription is FIFO per instance, so the earlier
+-- tick is the head and would hold the wake-up back until its time.
+UPDATE {schema}.deliveries d SET run_at = now(), updated_at = now()
+FROM {schema}.subscriptions s, unnest($1::text[], $2::text[]) AS t(event_type, ordering_key)
+WHERE s.event_type = t.event_type AND d.subscription_id = s.id AND d.ordering_key = t.ordering_key
+  AND d.status = 'pending' AND d.run_at > now();
+
 -- name: wf_signal_insert
 INSERT INTO {schema}.wf_signals (machine, key, name, dedupe, payload)
 VALUES ($1, $2, $3, $4, $5)

@@ -21,7 +21,7 @@ from ...types import (
     WorkflowInstance,
     WorkflowSignalRow,
 )
-from ..base import WorkflowTransition, workflow_step
+from ..base import OutgoingEvent, WorkflowTransition, workflow_step
 from ._link import Queries
 from ._units import publish, to_time
 
@@ -101,7 +101,7 @@ def start(
         found = conn.execute(q["wf_load"], params).fetchone()
         return instance_of(found), False, set()
     inst = instance_of(rows[0])
-    _, types = publish(conn, q, now, [workflow_step(machine, key, inst.version, "start")])
+    _, types = publish_steps(conn, q, now, [workflow_step(machine, key, inst.version, "start")])
     return inst, True, types
 
 
@@ -135,7 +135,7 @@ def commit(
         names = orjson.dumps(list(t.wake_on)).decode()
         found = conn.execute(q["wf_signal_waiting"], {**params, "names": names}).fetchone()[0]
         delay = 0.0 if found else delay
-    _, types = publish(conn, q, now, [workflow_step(t.machine, t.key, version, t.step, delay)])
+    _, types = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, t.step, delay)])
     return version, types
 
 
@@ -190,8 +190,24 @@ def signal(
     if pointer is None or pointer["status"] != "waiting" or pointer["state"] not in wake_states:
         return True, set()
     step = workflow_step(params["machine"], params["key"], pointer["version"], f"signal-{inserted[0][0]}")
-    _, types = publish(conn, q, now, [step])
+    _, types = publish_steps(conn, q, now, [step])
     return True, types
+
+
+def publish_steps(
+    conn: sqlite3.Connection, q: Queries, now: float, steps: list[OutgoingEvent]
+) -> tuple[Any, set[str]]:
+    """Publish step events; a step due now first pulls its instance's delayed steps forward.
+
+    The step subscription keeps per-key FIFO order, so a tick still waiting for
+    its poll would otherwise hold back the step that wakes the instance.
+    """
+    for step in steps:
+        if step.delay_seconds == 0:
+            conn.execute(
+                q["wf_hasten"], {"event_type": step.event_type, "ordering_key": step.ordering_key, "now": now}
+            )
+    return publish(conn, q, now, steps)
 
 
 def decide(
@@ -206,7 +222,7 @@ def decide(
     if pointer is None or pointer["status"] != "waiting_approval":
         return approval_of(row), set()
     step = workflow_step(row["machine"], row["key"], pointer["version"], f"approval-{row['id']}")
-    _, types = publish(conn, q, now, [step])
+    _, types = publish_steps(conn, q, now, [step])
     return approval_of(row), types
 
 
@@ -219,7 +235,7 @@ def sweep(
     steps = [workflow_step(machine, r["key"], r["version"], reason) for r in rows]
     if not steps:
         return 0, set()
-    _, types = publish(conn, q, now, steps)
+    _, types = publish_steps(conn, q, now, steps)
     return len(steps), types
 
 

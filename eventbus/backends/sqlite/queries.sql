@@ -632,6 +632,14 @@ WHERE id = :id AND status = :expected AND consumed_version IS NULL;
 -- Under the write lock already; read the pointer a signal or decision wakes.
 SELECT state, status, version FROM wf_instances WHERE machine = :machine AND key = :key;
 
+-- name: wf_hasten
+-- A step due now pulls the instance's delayed steps (a tick waiting for its
+-- poll) forward: the step subscription is FIFO per instance, so the earlier
+-- tick is the head and would hold the wake-up back until its time.
+UPDATE deliveries SET run_at = :now, updated_at = :now
+WHERE subscription_id IN (SELECT id FROM subscriptions WHERE event_type = :event_type)
+  AND ordering_key = :ordering_key AND status = 'pending' AND run_at > :now;
+
 -- name: wf_signal_insert
 INSERT INTO wf_signals (machine, key, name, dedupe, payload, created_at)
 VALUES (:machine, :key, :name, :dedupe, :payload, :now)
