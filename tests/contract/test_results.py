@@ -290,9 +290,11 @@ async def test_a_cancelled_error_out_of_a_handler_is_its_failure(bus) -> None:
 
 async def test_stopping_the_worker_still_hands_running_deliveries_back(bus) -> None:
     started = anyio.Event()
+    ids: list[int] = []
 
     @bus.subscribe(OrderPlaced, name="slow")
     async def slow(event: OrderPlaced, ctx: Context) -> None:
+        ids.append(ctx.delivery_id)
         started.set()
         await anyio.sleep(60)
 
@@ -305,7 +307,7 @@ async def test_stopping_the_worker_still_hands_running_deliveries_back(bus) -> N
             await started.wait()
             worker.stop()
     assert await counts(bus) == {("slow", "pending"): 1}
-    detail = await bus.delivery(1)
+    detail = await bus.delivery(ids[0])
     assert detail.attempts == 0 and detail.history == []
 
 
