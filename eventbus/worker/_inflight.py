@@ -37,8 +37,7 @@ class InFlight:
         self._claims: dict[LeaseKey, Claim] = {}
 
     def add(self, sub: Subscription, delivery: ClaimedDelivery) -> None:
-        claim = Claim(sub, delivery)
-        self._claims[claim.lease] = claim
+        self._claims[(delivery.id, delivery.lease_token)] = Claim(sub, delivery)
 
     def get(self, lease: LeaseKey) -> Claim | None:
         return self._claims.get(lease)

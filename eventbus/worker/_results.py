@@ -169,8 +169,9 @@ class ResultWriter:
     def _settle(self, chunk: Sequence[Completion | Failure], accepted: set[LeaseKey], what: str) -> None:
         retried = False
         for result in chunk:
-            self.forget(result.lease)
-            if result.lease not in accepted:
+            lease = (result.delivery_id, result.lease_token)
+            self.forget(lease)
+            if lease not in accepted:
                 log.warning(
                     "stale %s of delivery %s refused: this run no longer holds its lease",
                     what,

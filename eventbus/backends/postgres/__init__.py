@@ -319,7 +319,9 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
         self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
     ) -> list[PublishResult]:
         rows = await conn.fetch(self.q["publish"], *_columns(events), self.notify_channel)
-        inserted = {r["ord"] - 1: r["id"] for r in rows}
+        inserted = {r[1] - 1: r[0] for r in rows}  # input index -> new id
+        if len(inserted) == len(events):  # nothing skipped: every event is new
+            return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
         batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
         missing = [
             e
@@ -461,7 +463,7 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
             for token, ids in by_token.items():
                 rows = await conn.fetch(self.q["complete"], ids, token)
                 done.update((DeliveryId(r[0]), token) for r in rows)
-            follow_ups = [e for c in completions if c.lease in done for e in c.follow_ups]
+            follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
             if follow_ups:
                 await self._publish_on(conn, follow_ups)
         return done

@@ -317,8 +317,8 @@ def complete(
     for c in completions:
         params = {"id": c.delivery_id, "lease_token": c.lease_token, "now": now}
         if _all(conn, q["complete"], params):
-            done.add(c.lease)
-    follow_ups = [e for c in completions if c.lease in done for e in c.follow_ups]
+            done.add((c.delivery_id, c.lease_token))
+    follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
     if not follow_ups:
         return done, [], set()
     results, types = publish(conn, q, now, follow_ups)
