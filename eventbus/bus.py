@@ -9,10 +9,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+import orjson
 
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
-from .errors import ConfigurationError, InvalidSchedule, PayloadTooLarge, UnknownEventType, UnknownSchedule
+from .errors import (
+    ConfigurationError,
+    EncodeError,
+    InvalidKey,
+    InvalidSchedule,
+    PayloadTooLarge,
+    UnknownEventType,
+    UnknownSchedule,
+)
 from .event import Event, check_event_type, decode_event, encode_event, event_type_of
 from .schedules import Planner, window
 from .types import (
@@ -56,13 +65,49 @@ def _seconds(delay: float | timedelta | None) -> float:
     return value
 
 
+def _checked_key(name: str, value: object) -> str | None:
+    """A key or ordering key the database can store: a str, valid UTF-8, no NUL."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidKey(f"{name} must be a str, not {type(value).__name__}: {value!r}")
+    if "\x00" in value:
+        raise InvalidKey(f"{name} {value!r} contains a NUL character, which cannot be stored")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidKey(f"{name} {value!r} is not valid Unicode text ({exc.reason})") from exc
+    return value
+
+
+def _encoded_headers(headers: object) -> str:
+    """Headers as the JSON object stored with the event; checked once, here."""
+    if not headers:
+        return "{}"
+    if not isinstance(headers, dict):
+        raise EncodeError(f"headers must be a dict of str to str, not {type(headers).__name__}")
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise EncodeError(
+                f"headers must map str to str; {name!r}: {value!r} is "
+                f"{type(name).__name__}: {type(value).__name__}"
+            )
+        if "\x00" in name or "\x00" in value:
+            raise EncodeError(f"header {name!r} contains a NUL character, which cannot be stored")
+    try:
+        return orjson.dumps(headers).decode()
+    except orjson.JSONEncodeError as exc:
+        raise EncodeError(f"cannot encode headers: {exc}") from exc
+
+
 class Bus(WorkflowBus):
     """A durable event bus.
 
     :param dsn: ``postgresql://…`` for production, ``sqlite:///path`` for the
         embedded backend. Defaults to ``$EVENTBUS_DSN``, then ``./eventbus.db``.
     :param schema: PostgreSQL schema of the tables (``$EVENTBUS_SCHEMA``, then ``eventbus``).
-    :param max_payload_bytes: publishes above this encoded size raise :class:`PayloadTooLarge`.
+    :param max_payload_bytes: publishes whose encoded payload and headers
+        together exceed this raise :class:`PayloadTooLarge`.
     :param migrate: apply pending migrations when the bus opens. By default a
         bus on a missing or out-of-date schema raises :class:`SchemaNotMigrated`
         and changes nothing; run ``eventbus migrate`` or :meth:`migrate` first.
@@ -114,24 +159,32 @@ class Bus(WorkflowBus):
         correlation_id: int | None = None,
         causation_id: int | None = None,
     ) -> OutgoingEvent:
-        """Encode and check one event; raises a :class:`PublishError` subclass."""
+        """Encode and check one event; raises a :class:`PublishError` subclass.
+
+        Everything the database will be asked to store is checked here, at the
+        caller (``publish`` or ``ctx.emit``): keys, headers and the size.
+        """
         event_type = event_type_of(type(event))
-        payload = self._checked_size(event_type, encode_event(event))
+        headers_json = _encoded_headers(headers)
+        payload = self._checked_size(event_type, encode_event(event), headers_json)
         return OutgoingEvent(
             event_type=event_type,
             payload=payload,
-            key=key,
-            headers=headers or {},
+            key=_checked_key("key", key),
+            headers_json=headers_json,
             delay_seconds=_seconds(delay),
             correlation_id=correlation_id,
             causation_id=causation_id,
-            ordering_key=ordering_key,
+            ordering_key=_checked_key("ordering_key", ordering_key),
         )
 
-    def _checked_size(self, event_type: str, payload: bytes) -> bytes:
-        if len(payload) > self.max_payload_bytes:
+    def _checked_size(self, event_type: str, payload: bytes, headers_json: str = "{}") -> bytes:
+        """Payload and headers count toward ``max_payload_bytes`` together."""
+        size = len(payload) + (len(headers_json.encode()) if headers_json != "{}" else 0)
+        if size > self.max_payload_bytes:
+            what = "payload is" if headers_json == "{}" else "payload and headers are"
             raise PayloadTooLarge(
-                f"{event_type} payload is {len(payload)} bytes, over the limit of {self.max_payload_bytes}"
+                f"{event_type} {what} {size} bytes, over the limit of {self.max_payload_bytes}"
             )
         return payload
 
@@ -186,7 +239,12 @@ class Bus(WorkflowBus):
         """Publish an already encoded JSON payload (used by the CLI)."""
         check_event_type(event_type)
         self._checked_size(event_type, payload)
-        out = OutgoingEvent(event_type=event_type, payload=payload, key=key, delay_seconds=_seconds(delay))
+        out = OutgoingEvent(
+            event_type=event_type,
+            payload=payload,
+            key=_checked_key("key", key),
+            delay_seconds=_seconds(delay),
+        )
         (result,) = await self.backend.publish([out])
         return result
 

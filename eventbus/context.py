@@ -76,6 +76,9 @@ class Context:
 
         Nothing is written if the handler fails or the completion does not
         commit; with a ``key``, a re-run after a crash cannot duplicate it.
+        The event is checked here, as :meth:`Bus.publish` checks it: a bad key
+        (:class:`InvalidKey`), headers (:class:`EncodeError`) or size
+        (:class:`PayloadTooLarge`) raises in the handler.
         """
         self.follow_ups.append(
             self._build(

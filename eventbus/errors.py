@@ -11,10 +11,12 @@ Every error derives from one root::
     ├── PublishError              an event cannot be published
     │   ├── PayloadTooLarge
     │   ├── UnknownEventType
-    │   └── EncodeError
+    │   ├── EncodeError           the event or its headers cannot be encoded
+    │   └── InvalidKey            a key or ordering key that is not a str without NUL
     ├── DecodeError               a stored payload does not match its type
     ├── BackendError              the database refused or went away
-    │   └── BackendUnavailable
+    │   ├── BackendUnavailable
+    │   └── ResultNotStored       a handler's result the database refused
     ├── MigrationError
     │   ├── MigrationChecksumMismatch
     │   └── SchemaNotMigrated
@@ -57,6 +59,7 @@ __all__ = [
     "HandlerSignal",
     "HandlerSignatureError",
     "HandlerTimeout",
+    "InvalidKey",
     "InvalidSchedule",
     "MigrationChecksumMismatch",
     "MigrationError",
@@ -64,6 +67,7 @@ __all__ = [
     "PayloadTooLarge",
     "PublishError",
     "RegistrationError",
+    "ResultNotStored",
     "Retry",
     "SchemaNotMigrated",
     "UncappedCycle",
@@ -122,7 +126,11 @@ class UnknownEventType(PublishError):
 
 
 class EncodeError(PublishError):
-    """The event cannot be encoded."""
+    """The event or its headers cannot be encoded."""
+
+
+class InvalidKey(PublishError):
+    """A key or ordering key must be a str without NUL characters."""
 
 
 class DecodeError(EventBusError):
@@ -135,6 +143,15 @@ class BackendError(EventBusError):
 
 class BackendUnavailable(BackendError):
     """The database cannot be reached."""
+
+
+class ResultNotStored(BackendError):
+    """The database refused to store a handler's result.
+
+    The worker records the delivery's attempt as failed with this error in
+    place of the result (a completion whose follow-ups cannot be stored, say),
+    so it is retried or dead-lettered like any other failure.
+    """
 
 
 class MigrationError(EventBusError):

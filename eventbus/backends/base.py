@@ -53,6 +53,7 @@ __all__ = [
     "DeliveryStore",
     "Failure",
     "Inspector",
+    "LeaseKey",
     "Operator",
     "OutgoingEvent",
     "PlannedOccurrence",
@@ -74,13 +75,18 @@ __all__ = [
 ]
 
 
+LeaseKey = tuple[DeliveryId, str]
+"""A delivery under one lease token: what a handler result is fenced by."""
+
+
 class OutgoingEvent(msgspec.Struct, frozen=True):
-    """An encoded event on its way into the log."""
+    """An encoded event on its way into the log (checked: it can be stored as it is)."""
 
     event_type: str
     payload: bytes
     key: str | None = None
-    headers: dict[str, str] = {}
+    headers_json: str = "{}"
+    """The headers, encoded once as a JSON object."""
     delay_seconds: float = 0.0
     correlation_id: int | None = None
     causation_id: int | None = None
@@ -124,6 +130,10 @@ class Completion(msgspec.Struct, frozen=True):
     lease_token: str
     follow_ups: Sequence[OutgoingEvent] = ()
 
+    @property
+    def lease(self) -> LeaseKey:
+        return (self.delivery_id, self.lease_token)
+
 
 class Failure(msgspec.Struct, frozen=True):
     """A failed attempt: retried after ``retry_delay_seconds`` unless ``dead``."""
@@ -137,6 +147,14 @@ class Failure(msgspec.Struct, frozen=True):
     traceback: str
     duration_seconds: float
     worker_id: str
+    subscription: str = ""
+    event_id: int = 0
+    attempt: int = 0
+    """Which run failed (for the log; the database counts attempts itself)."""
+
+    @property
+    def lease(self) -> LeaseKey:
+        return (self.delivery_id, self.lease_token)
 
 
 def warn_not_active(name: str, state: str) -> None:
@@ -303,18 +321,21 @@ class DeliveryStore(Protocol):
         """
         ...
 
-    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
+    async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
         """Mark deliveries completed and insert their follow-ups, in one transaction.
 
-        Only a completion whose lease token still holds is applied; the ids
-        applied are returned, and a refused one changes nothing.
+        Only a completion whose lease token still holds is applied, and only
+        its follow-ups are inserted (a stale run of the same delivery in the
+        same batch adds none); the (id, token) pairs applied are returned, and
+        a refused one changes nothing.
         """
         ...
 
-    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]:
+    async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:
         """Record failed attempts: back to pending at the retry time, or dead.
 
-        Fenced by lease token like :meth:`complete`; returns the ids applied.
+        Fenced by lease token like :meth:`complete`; returns the (id, token)
+        pairs applied, and only those append to the attempt history.
         """
         ...
 

@@ -10,6 +10,7 @@ heartbeat and the recovery of expired leases.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import math
@@ -25,13 +26,21 @@ import anyio
 import anyio.lowlevel
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import ClaimedDelivery, Completion, Failure
+from ..backends.base import ClaimedDelivery, Completion, Failure, LeaseKey
 from ..context import Context
-from ..errors import BackendError, ConfigurationError, DecodeError, HandlerInterrupted, HandlerTimeout
+from ..errors import (
+    BackendError,
+    ConfigurationError,
+    DecodeError,
+    HandlerInterrupted,
+    HandlerTimeout,
+    ResultNotStored,
+)
 from ..event import Event, decode_event
 from ..retry import Outcome
 from ..router import Subscription
 from ..types import DeliveryId
+from ._inflight import InFlight
 from ._results import ResultWriter
 from ._schedules import run_schedules
 from ._shield import Shield
@@ -103,13 +112,29 @@ def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int
         raise ConfigurationError(f"no subscription named {', '.join(unknown)} in this bus (it has: {known})")
 
 
-@dataclass
-class _InFlight:
-    token: str
-    lease_seconds: float
-    wakes: str | None = None
-    """The event type to wake once the result is written: the delivery holds a
-    key of an ordered subscription, whose next delivery may then be claimed."""
+def _storable(text: str) -> str:
+    """Text every backend can store: NUL characters and lone surrogates escaped."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def _cancelling_this_task() -> bool:
+    """Whether the running task itself is being cancelled (a stop, a timeout).
+
+    A CancelledError can also come out of something a handler awaited (a
+    future another task cancelled): that one is the handler's failure.
+    """
+    if anyio.current_effective_deadline() == -math.inf:
+        return True  # an enclosing cancel scope was cancelled
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio: cancellation only comes from scopes
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 class Worker:
@@ -162,10 +187,10 @@ class Worker:
         self.id = str(uuid.uuid4())
         self._active: dict[int, _Active] = {}
         self._by_type: dict[str, list[int]] = {}
-        self._in_flight: dict[DeliveryId, _InFlight] = {}
+        self._in_flight = InFlight()
         self._running = 0
         self._shield = Shield()
-        self._results = ResultWriter(self.backend, self._forget, self._shield)
+        self._results = ResultWriter(self.backend, self._forget, self._unstorable, self._shield)
         self._slot_freed = anyio.Event()
         self._stopping = False
         self._grace_over = False  # running handlers outlived the grace period
@@ -336,20 +361,19 @@ class Worker:
     def _start(self, active: _Active, batch: list[ClaimedDelivery]) -> None:
         sub = active.sub
         for delivery in batch:
-            wakes = sub.event_type if sub.ordered and delivery.ordering_key is not None else None
-            self._in_flight[delivery.id] = _InFlight(delivery.lease_token, sub.lease_seconds, wakes)
+            self._in_flight.add(sub, delivery)
             self._running += 1
             self._queue.put((active.sub, delivery))
 
-    def _forget(self, delivery_id: DeliveryId) -> None:
-        """A result was written (or refused): the delivery leaves this worker.
+    def _forget(self, lease: LeaseKey) -> None:
+        """A result was written (or refused): this run leaves the worker.
 
         An ordered subscription whose keys were all busy waits for exactly this
         (see :meth:`_note_next_run`), so its claim loop is woken.
         """
-        flight = self._in_flight.pop(delivery_id, None)
-        if flight is not None and flight.wakes is not None:
-            self.backend.wake_local({flight.wakes})
+        claim = self._in_flight.pop(lease)
+        if claim is not None and claim.sub.ordered and claim.delivery.ordering_key is not None:
+            self.backend.wake_local({claim.sub.event_type})
 
     async def _runner(self) -> None:
         """One of ``concurrency`` long-lived tasks that run handlers one at a time.
@@ -370,7 +394,7 @@ class Worker:
         by_token: dict[str, list[DeliveryId]] = {}
         for _sub, delivery in self._queue.take_all():
             by_token.setdefault(delivery.lease_token, []).append(delivery.id)
-            self._in_flight.pop(delivery.id, None)
+            self._in_flight.discard((delivery.id, delivery.lease_token))
             self._running -= 1
         for token, ids in by_token.items():
             try:
@@ -409,6 +433,11 @@ class Worker:
         try:
             timed_out = await self._call(sub, event, ctx)
         except Exception as exc:
+            return self._failure(sub, delivery, exc, started)
+        except anyio.get_cancelled_exc_class() as exc:
+            if _cancelling_this_task():
+                raise  # the worker is stopping: hand the delivery back
+            # A CancelledError of something the handler awaited: its failure.
             return self._failure(sub, delivery, exc, started)
         if timed_out:
             timeout = HandlerTimeout(f"handler ran past its timeout of {sub.timeout_seconds}s")
@@ -452,11 +481,14 @@ class Worker:
             lease_token=delivery.lease_token,
             dead=fate.dead,
             retry_delay_seconds=fate.delay_seconds,
-            error_type=type(exc).__qualname__,
-            message=(str(exc) or repr(exc))[:4000],
-            traceback="".join(traceback.format_exception(exc))[-16000:],
+            error_type=_storable(type(exc).__qualname__),
+            message=_storable((str(exc) or repr(exc))[:4000]),
+            traceback=_storable("".join(traceback.format_exception(exc))[-16000:]),
             duration_seconds=time.monotonic() - started,
             worker_id=self.id,
+            subscription=sub.name,
+            event_id=delivery.event_id,
+            attempt=delivery.attempts,
         )
 
     def _interrupted(self, sub: Subscription, delivery: ClaimedDelivery, started: float) -> Failure:
@@ -464,9 +496,25 @@ class Worker:
         exc = HandlerInterrupted(f"handler still running when the worker's grace period of {grace} ended")
         return self._failure(sub, delivery, exc, started)
 
+    def _unstorable(self, result: Completion | Failure, exc: Exception) -> Failure | None:
+        """The failed attempt recorded in place of a result the database refused.
+
+        None (give up: the lease will expire) when the run is no longer held
+        or the result already was such a replacement.
+        """
+        claim = self._in_flight.get(result.lease)
+        if claim is None or (
+            isinstance(result, Failure) and result.error_type == ResultNotStored.__qualname__
+        ):
+            return None
+        what = "completion" if isinstance(result, Completion) else "failure"
+        error = ResultNotStored(f"the database refused this run's {what}: {type(exc).__name__}: {exc}")
+        started = time.monotonic() - (result.duration_seconds if isinstance(result, Failure) else 0.0)
+        return self._failure(claim.sub, claim.delivery, error, started)
+
     async def _release(self, delivery: ClaimedDelivery) -> None:
         """Hand a delivery back without counting the attempt (shutdown)."""
-        self._in_flight.pop(delivery.id, None)
+        self._in_flight.discard((delivery.id, delivery.lease_token))
         try:
             await self.backend.release([delivery.id], delivery.lease_token)
         except BackendError as exc:
@@ -491,16 +539,13 @@ class Worker:
         leases = [a.sub.lease_seconds for a in self._active.values()] or [30.0]
         while True:
             await anyio.sleep(min(leases) / 3)
-            groups: dict[tuple[str, float], list[DeliveryId]] = {}
-            for delivery_id, f in list(self._in_flight.items()):
-                groups.setdefault((f.token, f.lease_seconds), []).append(delivery_id)
-            for (token, lease_seconds), ids in groups.items():
+            for (token, lease_seconds), ids in self._in_flight.leases().items():
                 try:
                     kept = await self.backend.extend(ids, token, lease_seconds)
                 except BackendError as exc:
                     log.warning("lease renewal failed: %s", exc)
                     continue
-                lost = [i for i in ids if i not in kept and i in self._in_flight]
+                lost = [i for i in ids if i not in kept and (i, token) in self._in_flight]
                 if lost:
                     log.warning("leases lost for deliveries %s; their results will be refused", lost)
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import anyio
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import Backend, Completion, Failure
-from ..errors import BackendError
-from ..types import DeliveryId
+from ..backends.base import Backend, Completion, Failure, LeaseKey
+from ..errors import BackendUnavailable
+from ._failures import FailureLog
 from ._shield import Shield
 
 __all__ = ["ResultWriter"]
@@ -25,22 +26,35 @@ large the buffer grew while the database was slow."""
 FLUSH_SECONDS = 10.0
 """How long the final flush keeps retrying a database that refuses writes."""
 
+R = TypeVar("R", Completion, Failure)
+
 
 class ResultWriter:
     """Buffers results and writes them from one task, so results batch naturally.
 
     Completions (with their follow-up events) go in one transaction per batch,
     fenced by the lease token; a result the database refuses as stale is logged
-    and dropped. ``forget`` is called with each delivery once its result is
-    written (or refused).
+    and dropped. Only unavailability is retried: when the database refuses a
+    batch for any other reason, the batch is split until the result it cannot
+    store is alone, and that result is replaced by the failure ``unstorable``
+    builds (or dropped, when it returns None), so one bad result never holds
+    up the others. ``forget`` is called with each (delivery, token) once its
+    result is written or refused.
     """
 
     def __init__(
-        self, backend: Backend, forget: Callable[[DeliveryId], object], shield: Shield | None = None
+        self,
+        backend: Backend,
+        forget: Callable[[LeaseKey], object],
+        unstorable: Callable[[Completion | Failure, Exception], Failure | None],
+        shield: Shield | None = None,
+        failures: FailureLog | None = None,
     ) -> None:
         self.backend = backend
         self.forget = forget
+        self.unstorable = unstorable
         self.shield = shield or Shield()
+        self.failure_log = failures or FailureLog(log)
         self.processed = 0
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
@@ -64,7 +78,7 @@ class ResultWriter:
                 self._wanted.set()
 
     async def write(self, deadline: float = math.inf) -> bool:
-        """Write buffered results; return False when the database refused.
+        """Write buffered results; return False when the database was unavailable.
 
         Shielded and serialised: a write in progress is never cut off by a
         graceful stop (that would roll back completions whose handlers already
@@ -74,7 +88,13 @@ class ResultWriter:
         ok = False
         with self.shield(deadline):
             async with self._lock:
-                ok = await self._write_completions() and await self._write_failures()
+                completions, self._completions = self._completions, []
+                left = await self._write(completions, self.backend.complete, "completion")
+                self._completions[:0] = left
+                failures, self._failures = self._failures, []
+                left_failures = await self._write(failures, self.backend.fail, "failure")
+                self._failures[:0] = left_failures
+                ok = not (left or left_failures)
         return ok
 
     async def flush_all(self, seconds: float = FLUSH_SECONDS) -> None:
@@ -83,53 +103,85 @@ class ResultWriter:
         A database that refuses is retried for ``seconds`` at most (a hard stop
         ends it at once): the leases of what stays unwritten cover it.
         """
-        deadline = anyio.current_time() + seconds
-        while not self.shield.aborted:
-            ok = await self.write(deadline)
-            if not (self._completions or self._failures):
-                return
-            if anyio.current_time() >= deadline:
-                break
-            if not ok:
-                await anyio.sleep(0.5)
-        log.error("gave up writing results; their leases will expire and they will be re-run")
+        try:
+            deadline = anyio.current_time() + seconds
+            while not self.shield.aborted:
+                ok = await self.write(deadline)
+                if not (self._completions or self._failures):
+                    return
+                if anyio.current_time() >= deadline:
+                    break
+                if not ok:
+                    await anyio.sleep(0.5)
+            log.error("gave up writing results; their leases will expire and they will be re-run")
+        finally:
+            self.failure_log.flush()
 
-    async def _write_completions(self) -> bool:
-        completions, self._completions = self._completions, []
-        for start in range(0, len(completions), _WRITE_BATCH):
-            chunk = completions[start : start + _WRITE_BATCH]
+    async def _write(
+        self, results: list[R], store: Callable[[Sequence[R]], Awaitable[set[LeaseKey]]], what: str
+    ) -> list[R]:
+        """Write ``results`` in batches; return those left unwritten while the database is unavailable."""
+        todo: list[list[R]] = [results[i : i + _WRITE_BATCH] for i in range(0, len(results), _WRITE_BATCH)]
+        todo.reverse()  # a stack: the next batch is popped from the end
+        while todo:
+            chunk = todo.pop()
             try:
-                done = await self.backend.complete(chunk)
-            except BackendError as exc:
-                log.warning("could not write %d completions, retrying: %s", len(completions) - start, exc)
-                self._completions[:0] = completions[start:]
-                return False
-            self.processed += len(done)
-            self._settle([c.delivery_id for c in chunk], done, "completion")
-        return True
+                accepted = await store(chunk)
+            except BackendUnavailable as exc:
+                left = list(chunk)
+                for part in reversed(todo):
+                    left += part
+                log.warning("could not write %d %ss, retrying: %s", len(left), what, exc)
+                return left
+            except Exception as exc:  # any refusal is the batch's own: isolate it
+                if len(chunk) == 1:
+                    self._refused(chunk[0], exc)
+                else:
+                    todo += [chunk[len(chunk) // 2 :], chunk[: len(chunk) // 2]]
+                continue
+            self._settle(chunk, accepted, what)
+        return []
 
-    async def _write_failures(self) -> bool:
-        failures, self._failures = self._failures, []
-        for start in range(0, len(failures), _WRITE_BATCH):
-            chunk = failures[start : start + _WRITE_BATCH]
-            try:
-                failed = await self.backend.fail(chunk)
-            except BackendError as exc:
-                log.warning("could not write %d failures, retrying: %s", len(failures) - start, exc)
-                self._failures[:0] = failures[start:]
-                return False
-            self._settle([f.delivery_id for f in chunk], failed, "failure")
-            if any(not f.dead and f.delivery_id in failed for f in chunk):
-                # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
-                self.backend.wake_local({SWEEP})
-        return True
+    def _refused(self, result: Completion | Failure, exc: Exception) -> None:
+        """The database cannot store ``result``: record a failed attempt in its place."""
+        replacement = self.unstorable(result, exc)
+        what = "completion" if isinstance(result, Completion) else "failure"
+        if replacement is None:
+            self.forget(result.lease)
+            log.error(
+                "the %s of delivery %s cannot be stored and was dropped (%s: %s); "
+                "its lease will expire and it will run again",
+                what,
+                result.delivery_id,
+                type(exc).__name__,
+                exc,
+            )
+            return
+        log.warning(
+            "the %s of delivery %s cannot be stored (%s: %s); recording a failed attempt instead",
+            what,
+            result.delivery_id,
+            type(exc).__name__,
+            exc,
+        )
+        self.add(replacement)
 
-    def _settle(self, ids: list[DeliveryId], accepted: set[DeliveryId], what: str) -> None:
-        for delivery_id in ids:
-            self.forget(delivery_id)
-            if delivery_id not in accepted:
+    def _settle(self, chunk: Sequence[Completion | Failure], accepted: set[LeaseKey], what: str) -> None:
+        retried = False
+        for result in chunk:
+            lease = (result.delivery_id, result.lease_token)
+            self.forget(lease)
+            if lease not in accepted:
                 log.warning(
-                    "stale %s of delivery %s rejected: this worker no longer holds its lease",
+                    "stale %s of delivery %s refused: this run no longer holds its lease",
                     what,
-                    delivery_id,
+                    result.delivery_id,
                 )
+            elif isinstance(result, Failure):
+                self.failure_log.record(result)
+                retried = retried or not result.dead
+            else:
+                self.processed += 1
+        if retried:
+            # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
+            self.backend.wake_local({SWEEP})

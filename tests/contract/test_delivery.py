@@ -222,7 +222,9 @@ async def test_stale_completion_is_rejected_and_its_follow_ups_dropped(bus) -> N
     follow = bus.outgoing(PaymentRequested(order_id="o-1"))
     assert await bus.backend.complete([Completion(old.id, old.lease_token, (follow,))]) == set()
     assert (await bus.status()).events == 1
-    assert await bus.backend.complete([Completion(new.id, new.lease_token, (follow,))]) == {new.id}
+    assert await bus.backend.complete([Completion(new.id, new.lease_token, (follow,))]) == {
+        (new.id, new.lease_token)
+    }
     assert (await bus.status()).events == 2
 
 

@@ -102,7 +102,7 @@ async def test_release_recovery_and_replay_keep_a_deliverys_place(bus) -> None:
     assert await bus.backend.recover_expired() == 1
     (third,) = await bus.backend.claim(sub_id, 10, 30, WORKER, True)
     assert third.id == head.id and third.attempts == 2
-    assert await bus.backend.fail([_dead(third)]) == {third.id}
+    assert await bus.backend.fail([_dead(third)]) == {(third.id, third.lease_token)}
     (second,) = await bus.backend.claim(sub_id, 10, 30, WORKER, True)  # the key moved on
     assert second.id != head.id
     await bus.backend.release([second.id], second.lease_token)

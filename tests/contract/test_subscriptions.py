@@ -127,6 +127,7 @@ async def test_removing_again_cancels_what_a_running_delivery_left_pending(bus) 
     (claimed,) = await bus.backend.claim(sub_id, 10, 30.0, worker_id)
     assert await bus.remove_subscription("gone") == 0  # it is processing, not pending
     retry = Failure(claimed.id, claimed.lease_token, False, 0.0, "RuntimeError", "x", "", 0.0, worker_id)
-    assert await bus.backend.fail([retry]) == {claimed.id}  # back to pending, on a removed subscription
+    # back to pending, on a removed subscription
+    assert await bus.backend.fail([retry]) == {(claimed.id, claimed.lease_token)}
     assert await bus.remove_subscription("gone") == 1
     assert await counts(bus) == {("gone", "cancelled"): 1}

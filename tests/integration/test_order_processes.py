@@ -153,7 +153,7 @@ async def test_an_idle_peer_picks_up_a_handed_back_delivery_before_its_poll(
         assert await bus.backend.release([held.id], held.lease_token) == 1
     elif how == "retry":
         retry = Failure(held.id, held.lease_token, False, 0.3, "Boom", "boom", "", 0.0, HOLDER)
-        assert await bus.backend.fail([retry]) == {held.id}
+        assert await bus.backend.fail([retry]) == {(held.id, held.lease_token)}
     else:
         await anyio.sleep(max(0.0, claimed_at + lease + 0.2 - time.monotonic()))
         assert await bus.backend.recover_expired() == 1

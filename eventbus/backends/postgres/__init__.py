@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 import anyio
 import asyncpg
-import orjson
 
 from ...errors import (
     BackendError,
@@ -44,6 +43,7 @@ from ..base import (
     ClaimedDelivery,
     Completion,
     Failure,
+    LeaseKey,
     OutgoingEvent,
     SubscriptionSpec,
     decode_headers,
@@ -141,7 +141,7 @@ def _columns(events: Sequence[OutgoingEvent]) -> tuple[list[Any], ...]:
         [e.event_type for e in events],
         [e.key for e in events],
         [e.payload for e in events],
-        [orjson.dumps(e.headers).decode() if e.headers else "{}" for e in events],
+        [e.headers_json for e in events],
         [e.delay_seconds for e in events],
         [e.correlation_id for e in events],
         [e.causation_id for e in events],
@@ -319,16 +319,22 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
         self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
     ) -> list[PublishResult]:
         rows = await conn.fetch(self.q["publish"], *_columns(events), self.notify_channel)
-        keyed = {(r["event_type"], r["key"]): r["id"] for r in rows if r["key"] is not None}
-        keyless = iter([r["id"] for r in rows if r["key"] is None])
-        missing = [e for e in events if e.key is not None and (e.event_type, e.key) not in keyed]
+        inserted = {r[1] - 1: r[0] for r in rows}  # input index -> new id
+        if len(inserted) == len(events):  # nothing skipped: every event is new
+            return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
+        batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
+        missing = [
+            e
+            for i, e in enumerate(events)
+            if e.key is not None and i not in inserted and (e.event_type, e.key) not in batch_keys
+        ]
         known: dict[tuple[str, str], int] = {}
         if missing:
             found = await conn.fetch(
                 self.q["existing_ids"], [e.event_type for e in missing], [e.key for e in missing]
             )
             known = {(r["event_type"], r["key"]): r["id"] for r in found}
-        return resolve_results(events, keyed, keyless, known)
+        return resolve_results(events, inserted, known)
 
     # -- subscriptions ---------------------------------------------------
 
@@ -441,24 +447,28 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
             for r in rows
         ]
 
-    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
-        """Mark completed and insert follow-ups, in one transaction, for owned rows only."""
+    async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
+        """Mark completed and insert follow-ups, in one transaction, for owned rows only.
+
+        Follow-ups are kept by (delivery, token): a stale run of a delivery
+        whose fresh run completes in the same batch adds none.
+        """
         if not completions:
             return set()
         by_token: dict[str, list[DeliveryId]] = {}
         for c in completions:
             by_token.setdefault(c.lease_token, []).append(c.delivery_id)
-        done: set[DeliveryId] = set()
+        done: set[LeaseKey] = set()
         async with self._tx("complete") as conn:
             for token, ids in by_token.items():
                 rows = await conn.fetch(self.q["complete"], ids, token)
-                done.update(DeliveryId(r[0]) for r in rows)
-            follow_ups = [e for c in completions if c.delivery_id in done for e in c.follow_ups]
+                done.update((DeliveryId(r[0]), token) for r in rows)
+            follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
             if follow_ups:
                 await self._publish_on(conn, follow_ups)
         return done
 
-    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]:
+    async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:
         if not failures:
             return set()
         f = failures
@@ -476,7 +486,7 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
                 [x.worker_id for x in f],
                 self.notify_channel,
             )
-        return {DeliveryId(r[0]) for r in rows}
+        return {(DeliveryId(r[0]), r[1]) for r in rows}
 
     async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
         if not ids:
@@ -634,27 +644,22 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
 
 
 def resolve_results(
-    events: Sequence[OutgoingEvent],
-    inserted: dict[tuple[str, str], int],
-    keyless: Iterator[int],
-    existing: dict[tuple[str, str], int],
+    events: Sequence[OutgoingEvent], inserted: dict[int, int], existing: dict[tuple[str, str], int]
 ) -> list[PublishResult]:
-    """Map inserted and pre-existing ids back to the input order.
+    """Results in input order, from the ids inserted by input index and the keys taken before.
 
-    The first occurrence of an inserted key is the new event; later ones in the
-    same batch, and keys taken by an earlier publish, are duplicates.
+    The first occurrence of a key in the batch is the one inserted; later ones
+    in the same batch, and keys taken by an earlier publish, are duplicates.
     """
     results: list[PublishResult] = []
-    for event in events:
-        if event.key is None:
-            results.append(PublishResult(EventId(next(keyless)), duplicate=False))
-            continue
-        ident = (event.event_type, event.key)
-        new_id = inserted.pop(ident, None)
+    for index, event in enumerate(events):
+        new_id = inserted.get(index)
+        ident = (event.event_type, event.key) if event.key is not None else None
         if new_id is not None:
-            existing[ident] = new_id
+            if ident is not None:
+                existing[ident] = new_id
             results.append(PublishResult(EventId(new_id), duplicate=False))
-        elif ident in existing:
+        elif ident is not None and ident in existing:
             results.append(PublishResult(EventId(existing[ident]), duplicate=True))
         else:
             raise PublishError(

@@ -9,16 +9,22 @@
 -- transaction into one). A removed subscription gets nothing; a paused one
 -- keeps its backlog growing until it is resumed. Event ids, and delivery ids
 -- with them, follow the input order, which ordered subscriptions keep per key.
+-- Ids are drawn in input order before the insert and returned with the input
+-- ordinal, so each result maps to its input by the ordinal, never by the order
+-- rows come back in.
 WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
-                         $6::bigint[], $7::bigint[], $8::text[])
+    SELECT nextval((SELECT pg_get_serial_sequence('{schema}.events', 'id'))::regclass) AS id, t.*
+    FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
+                $6::bigint[], $7::bigint[], $8::text[])
         WITH ORDINALITY AS t(event_type, key, payload, headers, delay_seconds,
                              correlation_id, causation_id, ordering_key, ord)
+    ORDER BY t.ord
 ), ins AS (
-    INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
+    INSERT INTO {schema}.events (id, event_type, key, payload, headers, correlation_id,
                                  causation_id, ordering_key, deliver_at)
-    SELECT event_type, key, payload, headers::jsonb, correlation_id, causation_id, ordering_key,
-           now() + delay_seconds * interval '1 second'
+    OVERRIDING SYSTEM VALUE
+    SELECT id, event_type, key, payload, headers::jsonb, correlation_id, causation_id,
+           ordering_key, now() + delay_seconds * interval '1 second'
     FROM input ORDER BY ord
     ON CONFLICT (event_type, key) DO NOTHING
     RETURNING id, event_type, key, ordering_key, deliver_at
@@ -31,7 +37,8 @@ WITH input AS (
 ), notified AS (
     SELECT pg_notify($9, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
 )
-SELECT ins.id, ins.event_type, ins.key, (SELECT count(*) FROM notified) AS notified FROM ins;
+SELECT ins.id, input.ord, (SELECT count(*) FROM notified) AS notified
+FROM ins JOIN input ON input.id = ins.id;
 
 -- name: existing_ids
 -- Ids of events whose keys were taken by an earlier publish.
@@ -236,6 +243,7 @@ ORDER BY c.run_at, c.id;
 -- name: complete
 -- One statement per lease token (a claim batch): the primary key is the access
 -- path (`id = ANY`) whatever the statistics say, with no join to plan badly.
+-- The caller inserts follow-ups only for the (id, token) pairs returned.
 UPDATE {schema}.deliveries
 SET status = 'completed', lease_until = NULL, lease_token = NULL, updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
@@ -243,7 +251,9 @@ RETURNING id;
 
 -- name: fail
 -- Retry (pending at now() + delay) or dead, and append the attempt to history;
--- peers are notified of retries, as of a publish.
+-- peers are notified of retries, as of a publish. Fenced by (id, token): a
+-- stale failure of a delivery whose fresh run fails in the same batch neither
+-- changes the row nor adds an attempt.
 WITH t AS (
     SELECT * FROM unnest($1::bigint[], $2::uuid[], $3::bool[], $4::float8[], $5::text[],
                          $6::text[], $7::text[], $8::float8[], $9::uuid[])
@@ -259,19 +269,19 @@ WITH t AS (
     FROM t
     WHERE d.id = ANY($1::bigint[]) AND d.id = t.id
       AND d.status = 'processing' AND d.lease_token = t.token
-    RETURNING d.id, d.attempts, d.subscription_id, d.status
+    RETURNING d.id, d.attempts, d.subscription_id, d.status, t.token
 ), history AS (
     INSERT INTO {schema}.delivery_attempts
         (delivery_id, attempt, error_type, message, traceback, duration_seconds, worker_id)
     SELECT failed.id, failed.attempts, t.error_type, t.message, t.traceback,
            t.duration_seconds, t.worker_id
-    FROM failed JOIN t ON t.id = failed.id
+    FROM failed JOIN t ON t.id = failed.id AND t.token = failed.token
 ), notified AS (
     -- Idle peers learn of the retry and plan their next claim from its run_at.
     SELECT pg_notify($10, s.event_type) FROM {schema}.subscriptions s
     WHERE s.id IN (SELECT subscription_id FROM failed WHERE status = 'pending')
 )
-SELECT id, (SELECT count(*) FROM notified) AS notified FROM failed;
+SELECT id, token::text, (SELECT count(*) FROM notified) AS notified FROM failed;
 
 -- name: release
 -- Hand back deliveries this worker claimed but will not finish, without

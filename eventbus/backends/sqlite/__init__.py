@@ -49,7 +49,7 @@ from ...types import (
 from .. import _migrations as migrations
 from .._sql import load_queries
 from .._wakeup import SWEEP, Waker
-from ..base import ClaimedDelivery, Completion, Failure, OutgoingEvent, SubscriptionSpec
+from ..base import ClaimedDelivery, Completion, Failure, LeaseKey, OutgoingEvent, SubscriptionSpec
 from . import _link as sqlconn
 from . import _units as sync
 from ._schedules import SQLiteSchedules
@@ -333,7 +333,7 @@ class SQLiteBackend(SQLiteSchedules, SQLiteWorkflows):
         pairs = await self._write_if("claim_probe", probe, sync.claim, params, ordered)
         return [sync.claimed_of(p, subscription_id, token) for p in pairs or ()]
 
-    async def complete(self, completions: Sequence[Completion]) -> set[DeliveryId]:
+    async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
         """Mark completed and insert follow-ups, in one transaction, for owned rows only."""
         if not completions:
             return set()
@@ -342,7 +342,7 @@ class SQLiteBackend(SQLiteSchedules, SQLiteWorkflows):
             self.wake_local(types)
         return done
 
-    async def fail(self, failures: Sequence[Failure]) -> set[DeliveryId]:
+    async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:
         if not failures:
             return set()
         return await self._write(sync.fail, failures)

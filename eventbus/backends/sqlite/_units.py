@@ -31,6 +31,7 @@ from ..base import (
     ClaimedDelivery,
     Completion,
     Failure,
+    LeaseKey,
     OutgoingEvent,
     SubscriptionSpec,
     decode_headers,
@@ -201,7 +202,7 @@ def _event_params(e: OutgoingEvent, now: float) -> dict[str, Any]:
         "event_type": e.event_type,
         "key": e.key,
         "payload": e.payload,
-        "headers": orjson.dumps(e.headers).decode() if e.headers else "{}",
+        "headers": e.headers_json,
         "correlation_id": e.correlation_id,
         "causation_id": e.causation_id,
         "ordering_key": e.ordering_key,
@@ -306,23 +307,27 @@ def claim(
 
 def complete(
     conn: sqlite3.Connection, q: Queries, now: float, completions: Sequence[Completion]
-) -> tuple[set[DeliveryId], list[PublishResult], set[str]]:
-    """Complete owned deliveries and publish their follow-ups in the same transaction."""
-    done: set[DeliveryId] = set()
+) -> tuple[set[LeaseKey], list[PublishResult], set[str]]:
+    """Complete owned deliveries and publish their follow-ups in the same transaction.
+
+    Follow-ups are kept by (delivery, token): a stale run of a delivery whose
+    fresh run completes in the same batch adds none.
+    """
+    done: set[LeaseKey] = set()
     for c in completions:
         params = {"id": c.delivery_id, "lease_token": c.lease_token, "now": now}
         if _all(conn, q["complete"], params):
-            done.add(c.delivery_id)
-    follow_ups = [e for c in completions if c.delivery_id in done for e in c.follow_ups]
+            done.add((c.delivery_id, c.lease_token))
+    follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
     if not follow_ups:
         return done, [], set()
     results, types = publish(conn, q, now, follow_ups)
     return done, results, types
 
 
-def fail(conn: sqlite3.Connection, q: Queries, now: float, failures: Sequence[Failure]) -> set[DeliveryId]:
+def fail(conn: sqlite3.Connection, q: Queries, now: float, failures: Sequence[Failure]) -> set[LeaseKey]:
     """Retry or bury owned deliveries, appending each attempt to the history."""
-    failed: set[DeliveryId] = set()
+    failed: set[LeaseKey] = set()
     for f in failures:
         rows = _all(
             conn,
@@ -339,7 +344,7 @@ def fail(conn: sqlite3.Connection, q: Queries, now: float, failures: Sequence[Fa
         )
         if not rows:
             continue
-        failed.add(f.delivery_id)
+        failed.add(f.lease)
         conn.execute(
             q["attempt_record"],
             {

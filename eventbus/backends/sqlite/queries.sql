@@ -143,6 +143,8 @@ SELECT id, event_type, payload, headers, key, correlation_id, created_at
 FROM events WHERE id IN (SELECT value FROM json_each(:event_ids));
 
 -- name: complete
+-- Fenced by (id, token); the caller inserts follow-ups only for completions
+-- this returns a row for.
 UPDATE deliveries
 SET status = 'completed', lease_until = NULL, lease_token = NULL, updated_at = :now
 WHERE id = :id AND status = 'processing' AND lease_token = :lease_token
