@@ -13,7 +13,7 @@ from .context import Context
 from .errors import DuplicateSubscription, HandlerSignatureError, InvalidSchedule
 from .event import Event, event_type_of
 from .retry import RetryPolicy
-from .schedules import EPOCH, EventTarget, Schedule
+from .schedules import EPOCH, EventTarget, MachineTarget, Schedule
 from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
 
 __all__ = ["Handler", "Router", "Subscription"]
@@ -150,18 +150,23 @@ class Router:
         Exactly one of ``cron`` (in ``tz``'s wall clock) and ``every`` (elapsed
         time from ``anchor``). Each firing publishes with the key
         ``name@<scheduled_for ISO-8601>`` and sets the event's ``scheduled_for``
-        field when it has one. A worker records the declaration when it starts.
-        Raises :class:`InvalidSchedule` for a bad spec or policy.
+        field when it has one. With ``start=machine`` and
+        ``checkpoint=fn(scheduled_for)`` instead of an event class, each firing
+        starts a run of that state machine. A worker records the declaration
+        when it starts. Raises :class:`InvalidSchedule` for a bad spec or policy.
         """
-        if start is not None or checkpoint is not None:
-            raise InvalidSchedule(
-                f"schedule {name!r}: start= and checkpoint= start a state machine, which needs the "
-                "workflow engine; this release fires events: pass an event class"
-            )
-        if event_class is None:
-            raise InvalidSchedule(f"schedule {name!r}: name the event class it publishes")
-        event_type_of(event_class)  # fail now if the class has no event_type
-        target = EventTarget(event_class)
+        target: EventTarget | MachineTarget
+        if start is not None:
+            if event_class is not None or checkpoint is None:
+                raise InvalidSchedule(f"schedule {name!r}: start= takes checkpoint= and no event class")
+            target = MachineTarget(start, checkpoint)
+        else:
+            if event_class is None or checkpoint is not None:
+                raise InvalidSchedule(
+                    f"schedule {name!r}: name the event class it publishes, or start= a machine"
+                )
+            event_type_of(event_class)  # fail now if the class has no event_type
+            target = EventTarget(event_class)
         target.check()
         schedule = Schedule.build(
             name, target, cron=cron, every=every, tz=tz, anchor=anchor, missed=missed,

@@ -26,7 +26,7 @@ import heapq
 import logging
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol, get_args
@@ -44,6 +44,7 @@ __all__ = [
     "EPOCH",
     "MAX_RECORDED",
     "EventTarget",
+    "MachineTarget",
     "Planner",
     "Schedule",
     "ScheduleTarget",
@@ -136,6 +137,54 @@ class EventTarget:
                 f"{self.event_class.__qualname__} cannot be built by a schedule: every field but "
                 f"scheduled_for needs a default ({exc})"
             ) from exc
+
+
+@dataclass(frozen=True)
+class MachineTarget:
+    """Start ``machine`` with ``checkpoint(scheduled_for)`` at each firing.
+
+    The firing publishes the machine's start event in the tick's transaction,
+    keyed by the occurrence like any firing; the bus's start subscription then
+    starts the run, which is idempotent per instance key while a run is live.
+    """
+
+    machine: Any
+    checkpoint: Callable[[datetime], Any]
+
+    @property
+    def kind(self) -> Literal["machine"]:
+        return "machine"
+
+    @property
+    def name(self) -> str:
+        return str(self.machine.name)
+
+    def work(self, schedule: str, scheduled_for: datetime, delay_seconds: float) -> OutgoingEvent:
+        data: bytes = self.machine.encode(self.checkpoint(scheduled_for))
+        start = self.machine.start_class(checkpoint=data.decode())
+        return OutgoingEvent(
+            event_type=event_type_of(self.machine.start_class),
+            payload=encode_event(start),
+            key=occurrence_key(schedule, scheduled_for),
+            delay_seconds=delay_seconds,
+        )
+
+    def check(self) -> None:
+        """Refuse a checkpoint function that does not build the machine's checkpoint."""
+        for attr in ("name", "encode", "start_class", "checkpoint"):
+            if not hasattr(self.machine, attr):
+                raise InvalidSchedule(
+                    f"start= takes a state machine (eventbus.workflows.Machine), not {self.machine!r}"
+                )
+        try:
+            sample = self.checkpoint(EPOCH)
+        except Exception as exc:
+            raise InvalidSchedule(f"checkpoint= failed for a sample occurrence: {exc!r}") from exc
+        if not isinstance(sample, self.machine.checkpoint):
+            raise InvalidSchedule(
+                f"checkpoint= must return a {self.machine.checkpoint.__qualname__}, "
+                f"not {type(sample).__qualname__}"
+            )
 
 
 # -- declarations -----------------------------------------------------------------

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 
+from ..context import Context
 from ..errors import (
     ConfigurationError,
     DuplicateSubscription,
@@ -28,7 +30,7 @@ from ..types import (
 )
 from ._commits import CommitQueue
 from ._engine import ACTIVE, Engine, Move
-from ._machine import COMPENSATING, Machine
+from ._machine import COMPENSATING, Machine, StartEvent
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -122,7 +124,7 @@ class WorkflowBus(Router):
         Including another bus includes its machines too, run on this bus.
         """
         if isinstance(router, WorkflowBus):
-            steps = {f"wf.{name}" for name in router.machines}
+            steps = {f"wf.{name}" for name in router.machines} | {f"wf.{n}.start" for n in router.machines}
             for sub in router.subscriptions.values():
                 if sub.name not in steps:
                     self.add(sub)
@@ -146,8 +148,24 @@ class WorkflowBus(Router):
                 ordered=True,
             )
         )
+        self.add(
+            Subscription(
+                name=f"wf.{router.name}.start",
+                event_class=router.start_class,
+                handler=self._scheduled_start(router),
+                retry=_STEP_RETRY,
+            )
+        )
         self.machines[router.name] = router
         self._engines[router.name] = engine
+
+    def _scheduled_start(self, m: Machine[Any]) -> Callable[[StartEvent, Context], Awaitable[None]]:
+        """The handler of a machine's start events (fired by schedules): start a run."""
+
+        async def start(event: StartEvent, ctx: Context) -> None:
+            await self.start(m, m.decode(event.checkpoint.encode()))
+
+        return start
 
     def machine(self, machine: Machine[Any] | str) -> Machine[Any]:
         name = machine if isinstance(machine, str) else machine.name

@@ -44,6 +44,7 @@ C = TypeVar("C", bound=msgspec.Struct)
 StateFn = Callable[[Any, "StepContext"], Awaitable[Outcome]]
 CompensateFn = Callable[[Any, Any, "StepContext"], Awaitable[None]]
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+E = TypeVar("E", bound=Event)
 
 MAX_RETRIES = "MAX_RETRIES"
 FAILED = "FAILED"
@@ -73,6 +74,12 @@ class StepEvent(Event, frozen=True):
     key: str
     version: int
     reason: str = ""
+
+
+class StartEvent(Event, frozen=True):
+    """Fields of the internal start event a schedule fires: the encoded checkpoint."""
+
+    checkpoint: str
 
 
 @dataclass(frozen=True)
@@ -176,7 +183,8 @@ class Machine(Generic[C]):
             raise ConfigurationError("checkpoint must be a msgspec.Struct class")
         self.terminals.update(BUILT_IN_TERMINALS)
         self._decoder = msgspec.json.Decoder(self.checkpoint)
-        self.step_class: type[StepEvent] = _step_class(self.name)
+        self.step_class: type[StepEvent] = _internal_class(StepEvent, f"wf.step.{self.name}")
+        self.start_class: type[StartEvent] = _internal_class(StartEvent, f"wf.start.{self.name}")
 
     @property
     def event_type(self) -> str:
@@ -343,11 +351,9 @@ class Machine(Generic[C]):
         return []
 
 
-def _step_class(machine: str) -> type[StepEvent]:
-    """A step event type of its own per machine, so each machine has its own subscription."""
-    meta: Any = type(StepEvent)
-    namespace = {"__module__": __name__, "__qualname__": f"StepEvent[{machine}]"}
-    cls: type[StepEvent] = meta(
-        "StepEvent", (StepEvent,), namespace, event_type=f"wf.step.{machine}", frozen=True
-    )
+def _internal_class(base: type[E], event_type: str) -> type[E]:
+    """An internal event type of its own per machine (its own subscription)."""
+    meta: Any = type(base)
+    namespace = {"__module__": __name__, "__qualname__": f"{base.__name__}[{event_type}]"}
+    cls: type[E] = meta(base.__name__, (base,), namespace, event_type=event_type, frozen=True)
     return cls
