@@ -69,6 +69,8 @@ class RetryPolicy:
         """
         if isinstance(exc, DeadLetter) or not self.is_retryable(exc) or self.exhausted(attempt):
             return Outcome(dead=True)
-        if isinstance(exc, Retry) and exc.delay is not None:
+        if isinstance(exc, Retry) and exc.delay is not None and 0 <= exc.delay <= self.max_delay_seconds:
             return Outcome(dead=False, delay_seconds=exc.delay)
+        if isinstance(exc, Retry) and exc.delay is not None and exc.delay > self.max_delay_seconds:
+            return Outcome(dead=False, delay_seconds=self.max_delay_seconds)  # inf included
         return Outcome(dead=False, delay_seconds=self.delay_for(attempt))

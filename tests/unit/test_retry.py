@@ -16,3 +16,11 @@ def test_outcome_of_a_failed_attempt() -> None:
     assert policy.outcome(Retry(delay=0.5), 1) == Outcome(dead=False, delay_seconds=0.5)
     assert policy.outcome(Retry(), 2) == Outcome(dead=False, delay_seconds=4.0)
     assert policy.outcome(Retry(delay=0.5), 3) == Outcome(dead=True)
+
+
+def test_a_retry_delay_past_the_cap_or_not_a_number_is_bounded() -> None:
+    policy = RetryPolicy(max_attempts=3, base_delay_seconds=2, max_delay_seconds=60, jitter=0)
+    assert policy.outcome(Retry(delay=float("inf")), 1) == Outcome(dead=False, delay_seconds=60.0)
+    assert policy.outcome(Retry(delay=3600), 1) == Outcome(dead=False, delay_seconds=60.0)
+    assert policy.outcome(Retry(delay=float("nan")), 1) == Outcome(dead=False, delay_seconds=2.0)
+    assert policy.outcome(Retry(delay=-5), 1) == Outcome(dead=False, delay_seconds=2.0)
