@@ -60,3 +60,18 @@ async def test_query_timeout_names_the_operation(pg_target) -> None:
     finally:
         await locker.close()
         await bus.aclose()
+
+
+async def test_a_value_the_driver_cannot_encode_is_refused_not_unavailable(pg_target) -> None:
+    from eventbus import BackendError
+    from eventbus.backends.base import OutgoingEvent
+
+    bus = pg_target.bus()
+    await bus.migrate()
+    try:
+        bad = OutgoingEvent(event_type="test.order_placed", payload=b"{}", key=42)  # type: ignore[arg-type]
+        with pytest.raises(BackendError) as caught:
+            await bus.backend.publish([bad])
+        assert not isinstance(caught.value, BackendUnavailable)
+    finally:
+        await bus.aclose()
