@@ -88,8 +88,6 @@ def translate_errors(operation: str = "the operation", timeout: float | None = N
         raise
     except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
         raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
-    except asyncpg.DataError as exc:  # a value the driver cannot encode: refused, not unavailable
-        raise BackendError(f"PostgreSQL refused a value of {operation}: {exc}") from exc
     except TimeoutError as exc:
         within = f" within {timeout:g}s" if timeout is not None else ""
         raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc
