@@ -23,8 +23,12 @@ from .errors import (
     UnknownSchedule,
 )
 from .event import Event, check_event_type, decode_event, encode_event, event_type_of
+from .logs import OutcomeLog
+from .observe import CompositeHooks, Hooks
+from .retention import Pruner, PruneReport, Retention
 from .schedules import Planner, window
 from .types import (
+    ChainEvent,
     DeadLetterFilter,
     DeliveryDetail,
     DeliveryId,
@@ -111,6 +115,9 @@ class Bus(WorkflowBus):
     :param migrate: apply pending migrations when the bus opens. By default a
         bus on a missing or out-of-date schema raises :class:`SchemaNotMigrated`
         and changes nothing; run ``eventbus migrate`` or :meth:`migrate` first.
+    :param hooks: :class:`~eventbus.observe.Hooks` told about publishes, claims,
+        handler runs and outcomes (metrics, tracing, your own); more with :meth:`add_hooks`.
+    :param retention: how long finished rows are kept (:class:`~eventbus.retention.Retention`).
     """
 
     def __init__(
@@ -121,11 +128,16 @@ class Bus(WorkflowBus):
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         backend: Backend | None = None,
         migrate: bool = False,
+        hooks: Sequence[Hooks] = (),
+        retention: Retention | None = None,
         **backend_options: Any,
     ) -> None:
         super().__init__()
         if max_payload_bytes < 1:
             raise ConfigurationError(f"max_payload_bytes must be at least 1, got {max_payload_bytes}")
+        self.outcome_log = OutcomeLog()
+        self.hooks = CompositeHooks([self.outcome_log, *hooks])
+        self.retention = retention or Retention()
         self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
         self.max_payload_bytes = max_payload_bytes
         self.backend: Backend = backend or open_backend(
@@ -145,6 +157,10 @@ class Bus(WorkflowBus):
     async def migrate(self) -> list[str]:
         """Apply pending migrations; return the names of the files applied."""
         return await self.backend.migrate()
+
+    def add_hooks(self, hooks: Hooks) -> None:
+        """Add observability hooks (see :mod:`eventbus.observe`); workers started later use them."""
+        self.hooks.add(hooks)
 
     # -- publishing -------------------------------------------------------
 
@@ -167,7 +183,7 @@ class Bus(WorkflowBus):
         event_type = event_type_of(type(event))
         headers_json = _encoded_headers(headers)
         payload = self._checked_size(event_type, encode_event(event), headers_json)
-        return OutgoingEvent(
+        out = OutgoingEvent(
             event_type=event_type,
             payload=payload,
             key=_checked_key("key", key),
@@ -177,6 +193,7 @@ class Bus(WorkflowBus):
             causation_id=causation_id,
             ordering_key=_checked_key("ordering_key", ordering_key),
         )
+        return out if causation_id is None else self.hooks.on_outgoing(out)
 
     def _checked_size(self, event_type: str, payload: bytes, headers_json: str = "{}") -> bytes:
         """Payload and headers count toward ``max_payload_bytes`` together."""
@@ -221,7 +238,20 @@ class Bus(WorkflowBus):
         ]
         return await self._publish(batch, connection)
 
-    async def _publish(self, batch: list[OutgoingEvent], connection: Any) -> list[PublishResult]:
+    async def _publish(self, batch: Sequence[OutgoingEvent], connection: Any) -> list[PublishResult]:
+        """Publish through the hooks (trace context, metrics)."""
+        batch, done = self.hooks.on_publish(batch)
+        if done is None:
+            return await self._publish_now(batch, connection)
+        try:
+            results = await self._publish_now(batch, connection)
+        except BaseException as exc:
+            done(None, exc)
+            raise
+        done(results, None)
+        return results
+
+    async def _publish_now(self, batch: Sequence[OutgoingEvent], connection: Any) -> list[PublishResult]:
         if connection is None:
             return await self.backend.publish(batch)
         publish_in = getattr(self.backend, "publish_in", None)
@@ -245,7 +275,7 @@ class Bus(WorkflowBus):
             key=_checked_key("key", key),
             delay_seconds=_seconds(delay),
         )
-        (result,) = await self.backend.publish([out])
+        (result,) = await self._publish([out], None)
         return result
 
     def validate_payload(self, event_type: str, payload: bytes) -> Event:
@@ -304,7 +334,28 @@ class Bus(WorkflowBus):
     # -- operations ----------------------------------------------------------
 
     async def status(self) -> StatusReport:
-        return await self.backend.status()
+        """Counts, each subscription's queue, workers and (PostgreSQL) storage health."""
+        report = await self.backend.status()
+        details = await self.backend.health()
+        return msgspec.structs.replace(report, **msgspec.structs.asdict(details))
+
+    async def trace(self, event_id: int, *, limit: int = 1000) -> ChainEvent:
+        """The causation tree of ``event_id``'s chain, from its root, with every delivery.
+
+        :class:`NotFound` if there is no such event (or it was pruned).
+        """
+        return chain_tree(await self.backend.chain(event_id, limit))
+
+    async def prune(
+        self,
+        *,
+        dry_run: bool = False,
+        retention: Retention | None = None,
+        progress: Callable[[PruneReport], object] | None = None,
+    ) -> PruneReport:
+        """Run retention now, to the end of what it may delete (see :mod:`eventbus.retention`)."""
+        pruner = Pruner(self.backend, retention or self.retention)
+        return await pruner.run(dry_run=dry_run, max_batches=1 << 40, progress=progress)
 
     async def dead_letters(
         self,
@@ -437,3 +488,22 @@ class Bus(WorkflowBus):
         if not times:
             return []
         return await self.backend.request_occurrences(name, times)
+
+
+def chain_tree(flat: Sequence[ChainEvent]) -> ChainEvent:
+    """Nest a flat chain (oldest first) by causation; an orphan (its cause pruned) hangs off the root.
+
+    Built bottom-up (an event is always newer than its cause), so a long
+    chain needs no recursion.
+    """
+    root = flat[0]
+    known = {e.id for e in flat}
+    children: dict[int, list[ChainEvent]] = {}
+    built: dict[int, ChainEvent] = {}
+    for e in reversed(flat):
+        node = msgspec.structs.replace(e, children=children.pop(e.id, [])[::-1])
+        built[e.id] = node
+        if e.id != root.id:
+            parent = e.causation_id if e.causation_id in known else root.id
+            children.setdefault(parent, []).append(node)
+    return built[root.id]

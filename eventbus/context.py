@@ -33,6 +33,16 @@ class Context:
         return self._delivery.event_id
 
     @property
+    def event_type(self) -> str:
+        return self._delivery.event_type
+
+    @property
+    def causation_id(self) -> EventId | None:
+        """The event whose handler emitted this one (None for an event published directly)."""
+        cause = self._delivery.causation_id
+        return None if cause is None else EventId(cause)
+
+    @property
     def delivery_id(self) -> DeliveryId:
         return self._delivery.id
 

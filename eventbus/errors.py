@@ -54,6 +54,7 @@ __all__ = [
     "DuplicateSubscription",
     "EncodeError",
     "EventBusError",
+    "ExtraNotInstalled",
     "GuardMismatch",
     "HandlerInterrupted",
     "HandlerSignal",
@@ -99,6 +100,10 @@ class ConfigurationError(EventBusError):
 
 class InvalidSchedule(ConfigurationError):
     """The schedule's spec or policy is invalid."""
+
+
+class ExtraNotInstalled(ConfigurationError):
+    """A feature needs an optional dependency that is not installed (the message names the extra)."""
 
 
 class RegistrationError(EventBusError):

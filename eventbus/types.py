@@ -14,6 +14,8 @@ import msgspec
 
 __all__ = [
     "AttemptRecord",
+    "ChainDelivery",
+    "ChainEvent",
     "DeadLetterFilter",
     "DeliveryDetail",
     "DeliveryId",
@@ -21,6 +23,8 @@ __all__ = [
     "DstFold",
     "DstGap",
     "EventId",
+    "EventTypeRow",
+    "HorizonHolder",
     "MissedPolicy",
     "OccurrenceInfo",
     "OccurrenceStatus",
@@ -28,10 +32,13 @@ __all__ = [
     "PublishResult",
     "ScheduleInfo",
     "StartFrom",
+    "StatusDetails",
     "StatusReport",
     "StatusRow",
     "SubscriptionInfo",
     "SubscriptionState",
+    "SubscriptionStatus",
+    "TableHealth",
     "TickReport",
     "WorkerRow",
     "WorkflowApprovalRow",
@@ -161,14 +168,90 @@ class SubscriptionInfo(msgspec.Struct, frozen=True):
     lag_seconds: float | None
 
 
+class EventTypeRow(msgspec.Struct, frozen=True):
+    """An event type present in the log, handled or not."""
+
+    event_type: str
+    events: int
+    """Events of this type in the log, counted up to ``COUNT_CAP``."""
+    events_capped: bool
+    """True when there are at least ``events`` (the count stopped at its cap)."""
+    subscriptions: int
+    """Subscriptions of this type (0: nothing handles it yet)."""
+
+
+class SubscriptionStatus(msgspec.Struct, frozen=True):
+    """One subscription's queue at a glance (every figure from a partial index)."""
+
+    name: str
+    event_type: str
+    backlog: int
+    """Pending deliveries runnable now."""
+    scheduled: int
+    """Pending deliveries due later (retries with backoff, delayed publishes)."""
+    lag_seconds: float | None
+    """Age of the oldest runnable pending delivery."""
+    in_flight: int
+    stuck: int
+    """Processing past their lease (their worker is gone or hung; recovery will retry them)."""
+    dead: int
+    completed_last_hour: int
+    completed_last_hour_capped: bool
+    """True when the count is a lower bound: only the newest deliveries are looked at."""
+    last_seen_at: datetime | None = None
+    """When a worker last registered this subscription."""
+
+
+class TableHealth(msgspec.Struct, frozen=True):
+    """PostgreSQL: the size and dead tuples of one of the bus's tables."""
+
+    table: str
+    live_tuples: int
+    dead_tuples: int
+    total_bytes: int
+    last_autovacuum: datetime | None
+
+
+class HorizonHolder(msgspec.Struct, frozen=True):
+    """PostgreSQL: the oldest transaction holding back the xmin horizon (VACUUM cannot pass it)."""
+
+    pid: int
+    state: str | None
+    age_seconds: float
+    application_name: str | None
+
+
+class StatusDetails(msgspec.Struct, frozen=True):
+    """The parts of a :class:`StatusReport` read from indexes and catalogs (``Inspector.health``)."""
+
+    event_types: Sequence[EventTypeRow] = ()
+    queues: Sequence[SubscriptionStatus] = ()
+    tables: Sequence[TableHealth] = ()
+    horizon: HorizonHolder | None = None
+    last_prune_at: datetime | None = None
+
+
 class StatusReport(msgspec.Struct, frozen=True):
-    """Counts by event type, subscription and status, and the oldest pending age."""
+    """Counts by event type, subscription and status, and the oldest pending age.
+
+    ``rows`` are exact counts over the whole deliveries table; the newer fields
+    come from partial indexes and bounded scans, so they stay fast at millions
+    of rows.
+    """
 
     rows: Sequence[StatusRow]
     oldest_pending_seconds: float | None
     events: int
     workers: Sequence[WorkerRow] = ()
     subscriptions: Sequence[SubscriptionInfo] = ()
+    event_types: Sequence[EventTypeRow] = ()
+    queues: Sequence[SubscriptionStatus] = ()
+    """Each subscription's queue, from partial indexes."""
+    tables: Sequence[TableHealth] = ()
+    """PostgreSQL only."""
+    horizon: HorizonHolder | None = None
+    """PostgreSQL only: None when no other transaction holds a snapshot."""
+    last_prune_at: datetime | None = None
 
 
 class ScheduleInfo(msgspec.Struct, frozen=True):
@@ -321,3 +404,33 @@ class WorkflowEffectRow(msgspec.Struct, frozen=True):
     ref: str
     compensation: str | None
     status: str
+
+
+class ChainDelivery(msgspec.Struct, frozen=True):
+    """One subscription's delivery of an event in a chain."""
+
+    id: DeliveryId
+    subscription: str
+    status: DeliveryStatus
+    attempts: int
+    last_error: str | None
+    replays: int
+    updated_at: datetime
+    elapsed_seconds: float | None
+    """From the event's publication to the delivery's end (None while unfinished)."""
+    last_attempt_seconds: float | None
+    """Handler time of the last failed attempt, when one failed."""
+
+
+class ChainEvent(msgspec.Struct, frozen=True):
+    """An event of a correlation chain with its deliveries and the events it caused."""
+
+    id: EventId
+    event_type: str
+    key: str | None
+    correlation_id: EventId
+    causation_id: EventId | None
+    created_at: datetime
+    trace_id: str | None
+    deliveries: Sequence[ChainDelivery] = ()
+    children: Sequence[ChainEvent] = ()

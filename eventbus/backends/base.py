@@ -4,6 +4,7 @@
 - :class:`Wakeups` tells a waiting worker that work may have arrived.
 - :class:`Inspector` is read-only, for the CLI and a dashboard.
 - :class:`Operator` applies guarded admin writes to named ids.
+- :class:`RetentionStore` deletes what retention no longer keeps.
 - :class:`SchemaStore` opens, closes and migrates the schema.
 - :class:`ScheduleStore` records schedules and their occurrences and ticks them.
 - :class:`WorkflowStore` keeps the pointers and history of state machines.
@@ -16,6 +17,7 @@ caller. The docstrings below are the contract the contract suite tests.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from datetime import datetime
@@ -25,6 +27,7 @@ import msgspec
 import orjson
 
 from ..types import (
+    ChainEvent,
     DeadLetterFilter,
     DeliveryDetail,
     DeliveryId,
@@ -34,6 +37,7 @@ from ..types import (
     PublishResult,
     ScheduleInfo,
     StartFrom,
+    StatusDetails,
     StatusReport,
     SubscriptionInfo,
     TickReport,
@@ -57,6 +61,8 @@ __all__ = [
     "Operator",
     "OutgoingEvent",
     "PlannedOccurrence",
+    "PruneBatch",
+    "RetentionStore",
     "ScheduleDecl",
     "SchedulePlanner",
     "ScheduleStore",
@@ -121,6 +127,10 @@ class ClaimedDelivery(msgspec.Struct):
     created_at: datetime
     position: Any = None
     """Where the row sits in its subscription's claim order, for ``claim(after=…)``."""
+    run_at: datetime | None = None
+    """When the delivery became runnable (for pickup-latency figures)."""
+    causation_id: int | None = None
+    """The event whose handler emitted this one."""
 
 
 class Completion(msgspec.Struct, frozen=True):
@@ -424,6 +434,24 @@ class Inspector(Protocol):
         """Every recorded subscription by name, with state, last worker report and backlog."""
         ...
 
+    async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
+        """The correlation chain ``event_id`` belongs to, flat and oldest first.
+
+        The root (the chain's first event) and every event correlated to it, up
+        to ``limit``, each with its deliveries; ``children`` are left empty
+        (:meth:`Bus.trace` builds the tree). :class:`NotFound` if no such event.
+        """
+        ...
+
+    async def health(self) -> StatusDetails:
+        """Every event type in the log, each subscription's queue, and storage health.
+
+        Reads partial indexes and bounded windows only, so it stays fast at
+        millions of rows; counts that are bounded say so in their ``*_capped``
+        flag. Tables and the xmin horizon are PostgreSQL's (empty on SQLite).
+        """
+        ...
+
 
 class Operator(Protocol):
     """Guarded admin writes by id: each touches only rows still in the expected state."""
@@ -463,6 +491,65 @@ class Operator(Protocol):
         Returns how many pending deliveries were cancelled; :class:`NotFound`
         if no subscription has this name.
         """
+        ...
+
+
+class PruneBatch(msgspec.Struct, frozen=True):
+    """What one batch of the retention walk deleted (or would delete, on a dry run)."""
+
+    last_event_id: int | None
+    """Where the walk goes on from; None when it reached the end of the log."""
+    young: bool
+    """The batch reached events younger than every cutoff: nothing further can go yet."""
+    completed: int = 0
+    dead: int = 0
+    attempts: int = 0
+    events: int = 0
+
+
+class RetentionStore(Protocol):
+    """Deleting finished rows past their retention, in small batches.
+
+    Guarantees, on every backend:
+
+    - a pending or processing delivery is never deleted, nor is a dead one
+      younger than ``dead_seconds``, nor a completed or cancelled one that
+      finished less than ``completed_seconds`` ago (or its subscription's
+      override of either); ``None`` keeps that kind of row forever;
+    - an event is deleted only once no delivery of it is left, it is older
+      than ``completed_seconds``, and (when keyed) older than
+      ``dedup_seconds``: its key is honoured at least that long;
+    - each batch is one short transaction that waits for no row lock (rows
+      held by another transaction are left for the next pass) and reads a
+      bounded range of the log by primary key;
+    - at most one pruner holds :meth:`prune_lock` per database (an advisory
+      lock on PostgreSQL; on SQLite the file's write lock serialises batches).
+    """
+
+    def prune_lock(self) -> contextlib.AbstractAsyncContextManager[bool]:
+        """Try to become the one pruner; yields False (at once) when another is."""
+        ...
+
+    async def prune_batch(
+        self,
+        after_event_id: int,
+        limit: int,
+        *,
+        completed_seconds: float | None,
+        dead_seconds: float | None,
+        dedup_seconds: float,
+        dry_run: bool = False,
+        overrides: Sequence[tuple[str, float | None, float | None]] = (),
+    ) -> PruneBatch:
+        """Prune among the ``limit`` events after ``after_event_id`` (by id); see the guarantees.
+
+        ``overrides`` are (subscription name, completed seconds, dead seconds)
+        used instead of the bus-wide cutoffs for that subscription's deliveries.
+        """
+        ...
+
+    async def record_prune(self, report: dict[str, Any]) -> None:
+        """Note that a pass ran (``status`` shows when), with its summary."""
         ...
 
 
@@ -736,7 +823,15 @@ class WorkflowStore(Protocol):
 
 
 class Backend(
-    DeliveryStore, Wakeups, Inspector, Operator, SchemaStore, ScheduleStore, WorkflowStore, Protocol
+    DeliveryStore,
+    Wakeups,
+    Inspector,
+    Operator,
+    RetentionStore,
+    SchemaStore,
+    ScheduleStore,
+    WorkflowStore,
+    Protocol,
 ):
     """Everything one storage backend provides."""
 

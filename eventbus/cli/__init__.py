@@ -16,11 +16,13 @@ import click
 import msgspec
 import orjson
 
+from .. import logs
 from ..types import StatusReport
 from ..worker import Worker
 from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
 from .dlq import dlq
+from .observe import metrics_options, print_status, prune, start_metrics, trace
 from .schedule import schedule
 from .subscriptions import subscriptions, unserved_note
 from .workflow import workflow
@@ -35,13 +37,20 @@ _HARD_STOP_SECONDS = 1.0
 @click.option("--dsn", envvar="EVENTBUS_DSN", help="postgresql://… or sqlite:///path")
 @click.option("--schema", envvar="EVENTBUS_SCHEMA", help="PostgreSQL schema (default eventbus)")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "text"]),
+    help="Log lines as JSON objects or text (default: JSON unless stderr is a terminal).",
+)
 @click.pass_context
-def cli(ctx: click.Context, dsn: str | None, schema: str | None, verbose: int) -> None:
+def cli(
+    ctx: click.Context, dsn: str | None, schema: str | None, verbose: int, log_format: logs.LogFormat | None
+) -> None:
     """eventbus: a durable, typed event bus."""
     level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(level, log_format)
     given = ctx.get_parameter_source("schema") == click.core.ParameterSource.COMMANDLINE
-    ctx.obj = Obj(dsn, schema, schema_on_command_line=given)
+    ctx.obj = Obj(dsn, schema, schema_on_command_line=given, verbose=verbose)
 
 
 @cli.command()
@@ -72,6 +81,7 @@ def migrate(obj: Obj) -> None:
 )
 @click.option("--subscription", "subscriptions", multiple=True, help="Serve only these.")
 @click.option("--migrate/--no-migrate", "run_migrate", default=False, help="Migrate first.")
+@metrics_options
 @click.pass_obj
 def worker(
     obj: Obj,
@@ -84,12 +94,17 @@ def worker(
     recovery_interval: float,
     subscriptions: tuple[str, ...],
     run_migrate: bool,
+    metrics_port: int | None,
+    collect_queues: bool,
 ) -> None:
     """Run the handlers of APP (module:bus) until SIGTERM/SIGINT."""
 
     async def go() -> int:
         bus = load_app(app)
         obj.check_worker_target(bus, app)
+        bus.outcome_log.completed_level = logging.INFO if obj.verbose else logging.DEBUG
+        if collect_queues and metrics_port is None:
+            raise click.UsageError("--collect-queues needs --metrics-port")
         w = Worker(
             bus,
             concurrency=concurrency,
@@ -113,6 +128,7 @@ def worker(
                 )
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_stop_on_signals, w, closing)
+                    start_metrics(tg, bus, metrics_port, collect_queues)
                     await w.run()
                     tg.cancel_scope.cancel()
         return w.processed
@@ -194,18 +210,7 @@ def status(obj: Obj, as_json: bool) -> None:
     if as_json:
         click.echo(msgspec.json.encode(report, enc_hook=enc_hook))
         return
-    click.echo(f"events: {report.events}")
-    oldest = report.oldest_pending_seconds
-    click.echo(f"oldest runnable pending: {'-' if oldest is None else f'{oldest:.1f}s'}")
-    click.echo(f"{'EVENT TYPE':<28} {'SUBSCRIPTION':<28} {'STATUS':<11} {'COUNT':>8}")
-    for r in report.rows:
-        click.echo(f"{r.event_type:<28} {r.subscription:<28} {r.status:<11} {r.count:>8}")
-    for w in report.workers:
-        listener = "ok" if w.listener_ok else "DOWN"
-        click.echo(
-            f"worker {w.id} {w.hostname}:{w.pid} listener {listener} "
-            f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s"
-        )
+    print_status(report)
     for s in report.subscriptions:
         note = unserved_note(s)
         if note:
@@ -217,6 +222,8 @@ cli.add_command(subscriptions)
 cli.add_command(bench)
 cli.add_command(schedule)
 cli.add_command(workflow)
+cli.add_command(trace)
+cli.add_command(prune)
 
 
 def main() -> None:

@@ -54,6 +54,7 @@ class Obj(msgspec.Struct):
     dsn: str | None
     schema: str | None
     schema_on_command_line: bool = False
+    verbose: int = 0
 
     def bus(self) -> Bus:
         return self._checked(Bus(self.dsn, schema=self.schema))

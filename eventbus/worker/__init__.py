@@ -37,11 +37,13 @@ from ..errors import (
     ResultNotStored,
 )
 from ..event import Event, decode_event
+from ..observe import DeliveryTracker
 from ..retry import Outcome
 from ..router import Subscription
 from ..types import DeliveryId
 from ._inflight import InFlight
 from ._results import ResultWriter
+from ._retention import run_retention
 from ._schedules import run_schedules
 from ._shield import Shield
 
@@ -191,6 +193,7 @@ class Worker:
         self._running = 0
         self._shield = Shield()
         self._results = ResultWriter(self.backend, self._forget, self._unstorable, self._shield)
+        self._tracker = self._results.tracker = DeliveryTracker(bus.hooks, self.id)
         self._slot_freed = anyio.Event()
         self._stopping = False
         self._grace_over = False  # running handlers outlived the grace period
@@ -231,6 +234,7 @@ class Worker:
                 services.start_soon(self._listen)
                 services.start_soon(self._housekeeping)
                 services.start_soon(run_schedules, self.bus, lambda: self._stopping)
+                services.start_soon(run_retention, self.bus)
             services.start_soon(self._results.run)
             services.start_soon(self._heartbeat)
             async with anyio.create_task_group() as handlers:
@@ -326,6 +330,7 @@ class Worker:
                 batch += await self.backend.claim(
                     active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
                 )
+        self._tracker.claimed(sub.name, batch, time.monotonic() - now)
         full = len(batch) == limit and batch[-1].position is not None and not sub.ordered
         active.cursor = batch[-1].position if full else None
         return batch
@@ -444,15 +449,21 @@ class Worker:
             return self._failure(sub, delivery, timeout, started)
         return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups))
 
-    @staticmethod
-    async def _call(sub: Subscription, event: Event, ctx: Context) -> bool:
-        """Run the handler; return True when it ran past its timeout."""
-        if sub.timeout_seconds is None:  # no cancel scope on the hot path
-            await sub.handler(event, ctx)
-            return False
-        with anyio.move_on_after(sub.timeout_seconds) as scope:
-            await sub.handler(event, ctx)
-        return scope.cancelled_caught
+    async def _call(self, sub: Subscription, event: Event, ctx: Context) -> bool:
+        """Run the handler (inside the hooks' context); return True when it ran past its timeout."""
+        entered, error = self._tracker.enter(ctx), None
+        try:
+            if sub.timeout_seconds is None:  # no cancel scope on the hot path
+                await sub.handler(event, ctx)
+                return False
+            with anyio.move_on_after(sub.timeout_seconds) as scope:
+                await sub.handler(event, ctx)
+            return scope.cancelled_caught
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self._tracker.exit(ctx, entered, error)
 
     def _decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
         if delivery.event_type != sub.event_type:

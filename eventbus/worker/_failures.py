@@ -30,6 +30,21 @@ class _Window:
     suppressed: int = 0
 
 
+def _fields(f: Failure, message: str) -> dict[str, object]:
+    """The structured fields of a failure line (see :mod:`eventbus.logs`)."""
+    return {
+        "event_id": f.event_id,
+        "delivery_id": f.delivery_id,
+        "subscription": f.subscription,
+        "attempt": f.attempt,
+        "worker_id": f.worker_id,
+        "outcome": "dead" if f.dead else "retry",
+        "duration_ms": round(f.duration_seconds * 1000, 3),
+        "error_type": f.error_type,
+        "error": message,
+    }
+
+
 class FailureLog:
     """Writes one line per failed attempt, at most ``burst`` per kind and window."""
 
@@ -79,6 +94,7 @@ class FailureLog:
 
     def _line(self, f: Failure) -> None:
         message = f.message if len(f.message) <= _MESSAGE_CHARS else f.message[:_MESSAGE_CHARS] + "…"
+        extra = _fields(f, message)
         if f.dead:
             self.log.error(
                 "subscription %r: delivery %s (event %s) failed on attempt %d and is dead: %s: %s",
@@ -88,6 +104,7 @@ class FailureLog:
                 f.attempt,
                 f.error_type,
                 message,
+                extra=extra,
             )
             return
         self.log.warning(
@@ -99,4 +116,5 @@ class FailureLog:
             f.retry_delay_seconds,
             f.error_type,
             message,
+            extra=extra,
         )

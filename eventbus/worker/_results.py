@@ -12,6 +12,7 @@ import anyio
 from ..backends._wakeup import SWEEP
 from ..backends.base import Backend, Completion, Failure, LeaseKey
 from ..errors import BackendUnavailable
+from ..observe import DeliveryTracker, NoHooks
 from ._failures import FailureLog
 from ._shield import Shield
 
@@ -56,6 +57,8 @@ class ResultWriter:
         self.shield = shield or Shield()
         self.failure_log = failures or FailureLog(log)
         self.processed = 0
+        self.tracker = DeliveryTracker(NoHooks(), "")
+        """Told of every result written or refused (logs, metrics, traces)."""
         self._completions: list[Completion] = []
         self._failures: list[Failure] = []
         self._wanted = anyio.Event()
@@ -167,6 +170,7 @@ class ResultWriter:
         self.add(replacement)
 
     def _settle(self, chunk: Sequence[Completion | Failure], accepted: set[LeaseKey], what: str) -> None:
+        self.tracker.written(chunk, accepted)
         retried = False
         for result in chunk:
             lease = (result.delivery_id, result.lease_token)
@@ -176,6 +180,7 @@ class ResultWriter:
                     "stale %s of delivery %s refused: this run no longer holds its lease",
                     what,
                     result.delivery_id,
+                    extra={"delivery_id": result.delivery_id, "outcome": "refused"},
                 )
             elif isinstance(result, Failure):
                 self.failure_log.record(result)

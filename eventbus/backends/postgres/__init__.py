@@ -50,6 +50,7 @@ from ..base import (
     warn_not_active,
 )
 from ._listener import PostgresListener
+from ._observe import PostgresObserve
 from ._schedules import PostgresSchedules
 from ._workflows import PostgresWorkflows
 
@@ -171,7 +172,7 @@ def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> Deliv
     )
 
 
-class PostgresBackend(PostgresSchedules, PostgresWorkflows):
+class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
     """Stores the bus in one PostgreSQL schema."""
 
     kind: Literal["postgres"] = "postgres"
@@ -443,6 +444,8 @@ class PostgresBackend(PostgresSchedules, PostgresWorkflows):
                 ordering_key=r[8],
                 created_at=r[9],
                 position=(r[10], r[0]),
+                run_at=r[10],
+                causation_id=r[11],
             )
             for r in rows
         ]

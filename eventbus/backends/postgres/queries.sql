@@ -168,7 +168,7 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -194,7 +194,7 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -236,7 +236,7 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -929,3 +929,170 @@ WHERE i.next_run_at < now() - $2::float8 * interval '1 second' AND i.machine = $
         WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
           AND d.status = 'processing')
 ORDER BY i.next_run_at LIMIT $3;
+
+-- ---------------------------------------------------------------------------
+-- Observability and retention (Inspector.chain/health, RetentionStore).
+
+-- name: chain_root
+-- The root of an event's chain: its correlation_id, or itself.
+SELECT coalesce(correlation_id, id) FROM {schema}.events WHERE id = $1;
+
+-- name: chain_events
+-- The root and every event correlated to it (events_correlation), oldest first.
+SELECT id, event_type, key, headers::text AS headers, correlation_id, causation_id, created_at
+FROM {schema}.events WHERE id = $1 OR correlation_id = $1
+ORDER BY id LIMIT $2;
+
+-- name: chain_deliveries
+-- Each delivery of those events, with the handler time of its last failure.
+SELECT d.event_id, d.id, s.name AS subscription, d.status, d.attempts, d.last_error, d.replays,
+       d.updated_at,
+       CASE WHEN d.status IN ('completed', 'dead', 'cancelled')
+            THEN extract(epoch FROM d.updated_at - e.created_at)::float8 END AS elapsed_seconds,
+       (SELECT a.duration_seconds FROM {schema}.delivery_attempts a
+        WHERE a.delivery_id = d.id ORDER BY a.id DESC LIMIT 1) AS last_attempt_seconds
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.event_id = ANY($1::bigint[])
+ORDER BY d.event_id, s.name;
+
+-- name: health_event_types
+-- Every event type in the log, found by a skip scan of the (event_type, key)
+-- index (one probe per type, not a scan of the log), with a count capped at $1.
+WITH RECURSIVE types AS (
+    (SELECT event_type FROM {schema}.events ORDER BY event_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.event_type FROM {schema}.events e
+            WHERE e.event_type > t.event_type ORDER BY e.event_type LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+)
+SELECT t.event_type,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.events e
+                              WHERE e.event_type = t.event_type LIMIT $1) c) AS events,
+       (SELECT count(*) FROM {schema}.subscriptions s WHERE s.event_type = t.event_type)
+           AS subscriptions
+FROM types t WHERE t.event_type IS NOT NULL
+ORDER BY t.event_type;
+
+-- name: health_subscriptions
+-- Per subscription, from the partial indexes only: pending rows
+-- (deliveries_pending), rows under a lease (deliveries_lease_until), dead rows
+-- (deliveries_dead).
+SELECT s.id, s.name, s.event_type, s.last_seen_at,
+       p.backlog, p.scheduled, p.lag_seconds,
+       coalesce(l.in_flight, 0) AS in_flight, coalesce(l.stuck, 0) AS stuck,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead
+FROM {schema}.subscriptions s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE d.run_at <= now()) AS backlog,
+           count(*) FILTER (WHERE d.run_at > now()) AS scheduled,
+           extract(epoch FROM now() - min(d.run_at) FILTER (WHERE d.run_at <= now()))::float8
+               AS lag_seconds
+    FROM {schema}.deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending') p
+LEFT JOIN (
+    SELECT subscription_id, count(*) AS in_flight,
+           count(*) FILTER (WHERE lease_until < now()) AS stuck
+    FROM {schema}.deliveries
+    WHERE lease_until IS NOT NULL AND status = 'processing'
+    GROUP BY 1) l ON l.subscription_id = s.id
+ORDER BY s.name;
+
+-- name: health_completed_recent
+-- Completions in the last hour among the newest $1 deliveries (primary key
+-- order): bounded, so the answer is a lower bound when the window is full.
+SELECT subscription_id,
+       count(*) FILTER (WHERE status = 'completed' AND updated_at > now() - interval '1 hour') AS n,
+       count(*) AS examined
+FROM (SELECT subscription_id, status, updated_at FROM {schema}.deliveries
+      ORDER BY id DESC LIMIT $1) recent
+GROUP BY 1;
+
+-- name: health_tables
+-- Size and dead tuples of the bus's tables: what decides whether a queue
+-- table degrades (dead index entries walked by every claim).
+SELECT t.relname AS table, t.n_live_tup AS live_tuples, t.n_dead_tup AS dead_tuples,
+       pg_total_relation_size(t.relid) AS total_bytes, t.last_autovacuum
+FROM pg_stat_user_tables t
+WHERE t.schemaname = $1
+ORDER BY t.relname;
+
+-- name: health_horizon
+-- The oldest other transaction holding a snapshot or an xid: while it runs,
+-- VACUUM cannot remove any row version deleted after it started.
+SELECT pid, state, extract(epoch FROM now() - xact_start)::float8 AS age_seconds,
+       application_name
+FROM pg_stat_activity
+WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+  AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+ORDER BY xact_start
+LIMIT 1;
+
+-- name: health_last_prune
+SELECT ran_at FROM {schema}.maintenance WHERE name = 'prune';
+
+-- name: prune_try_lock
+-- One pruner at a time per schema (a session lock, released after the pass).
+SELECT pg_try_advisory_lock(hashtext($1 || ':prune'));
+
+-- name: prune_unlock
+SELECT pg_advisory_unlock(hashtext($1 || ':prune'));
+
+-- name: prune_batch
+-- One batch of the retention walk: the next $2 events after $1 in primary key
+-- order (a bounded range read), their deliveries finished before their
+-- retention cutoff ($3 completed/cancelled, $4 dead, in seconds; NULL keeps
+-- them; a subscription named in $7 has its own cutoffs $8, $9; $10 is the
+-- shortest cutoff of all) with their attempt history, then the events of the batch older than
+-- $3 and, when keyed, than the dedup window $5, with no delivery left. A
+-- pending, processing or retained dead delivery keeps its event. Rows another
+-- transaction holds (a replay) are skipped, never waited for. Data-modifying
+-- CTEs share one snapshot, so the deliveries deleted here are excluded by id.
+WITH batch AS (
+    SELECT id, key, created_at FROM {schema}.events WHERE id > $1 ORDER BY id LIMIT $2
+), overrides AS (
+    SELECT s.id, o.completed, o.dead
+    FROM unnest($7::text[], $8::float8[], $9::float8[]) AS o(name, completed, dead)
+    JOIN {schema}.subscriptions s ON s.name = o.name
+), doomed AS (
+    SELECT d.id, d.status
+    FROM {schema}.deliveries d
+    JOIN batch b ON d.event_id = b.id
+    LEFT JOIN overrides o ON o.id = d.subscription_id
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN o.id IS NULL THEN $3::float8 ELSE o.completed END AS completed,
+               CASE WHEN o.id IS NULL THEN $4::float8 ELSE o.dead END AS dead) r
+    WHERE (d.status IN ('completed', 'cancelled') AND r.completed IS NOT NULL
+           AND d.updated_at < now() - r.completed * interval '1 second')
+       OR (d.status = 'dead' AND r.dead IS NOT NULL
+           AND d.updated_at < now() - r.dead * interval '1 second')
+    FOR UPDATE OF d SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.deliveries d USING doomed
+    WHERE d.id = doomed.id AND d.status = doomed.status AND NOT $6
+    RETURNING d.id, d.status
+), history AS (
+    DELETE FROM {schema}.delivery_attempts a USING gone WHERE a.delivery_id = gone.id
+    RETURNING 1
+), events_doomed AS (
+    SELECT b.id FROM batch b
+    WHERE $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
+      AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
+      AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
+                      WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
+), events_gone AS (
+    DELETE FROM {schema}.events e USING events_doomed x WHERE e.id = x.id AND NOT $6
+    RETURNING e.id
+)
+SELECT (SELECT max(id) FROM batch) AS last_id,
+       (SELECT min(created_at) >= now() - coalesce($10::float8, 0) * interval '1 second'
+        FROM batch) AS young,
+       (SELECT count(*) FROM doomed WHERE status <> 'dead') AS completed,
+       (SELECT count(*) FROM doomed WHERE status = 'dead') AS dead,
+       (SELECT count(*) FROM history) AS attempts,
+       (SELECT count(*) FROM events_doomed) AS events;
+
+-- name: prune_record
+INSERT INTO {schema}.maintenance (name, ran_at, report) VALUES ('prune', now(), $1::jsonb)
+ON CONFLICT (name) DO UPDATE SET ran_at = now(), report = EXCLUDED.report;

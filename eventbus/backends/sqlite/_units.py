@@ -110,6 +110,8 @@ def claimed_of(pair: tuple[sqlite3.Row, sqlite3.Row], subscription_id: int, toke
         correlation_id=e["correlation_id"],
         ordering_key=d["ordering_key"],
         created_at=to_time(e["created_at"]),
+        run_at=to_time(d["run_at"]),
+        causation_id=e["causation_id"],
     )
 
 

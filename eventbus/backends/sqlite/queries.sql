@@ -139,7 +139,7 @@ WHERE id IN (
 RETURNING id, event_id, attempts, ordering_key, run_at;
 
 -- name: claimed_events
-SELECT id, event_type, payload, headers, key, correlation_id, created_at
+SELECT id, event_type, payload, headers, key, correlation_id, created_at, causation_id
 FROM events WHERE id IN (SELECT value FROM json_each(:event_ids));
 
 -- name: complete
@@ -697,3 +697,129 @@ WHERE i.next_run_at < :now - :grace_seconds AND i.machine = :machine
         WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
           AND d.status IN ('pending', 'processing'))
 ORDER BY i.next_run_at LIMIT :limit;
+
+-- ---------------------------------------------------------------------------
+-- Observability and retention (Inspector.chain/health, RetentionStore).
+
+-- name: chain_root
+-- The root of an event's chain: its correlation_id, or itself.
+SELECT coalesce(correlation_id, id) FROM events WHERE id = :id;
+
+-- name: chain_events
+-- The root and every event correlated to it (events_correlation), oldest first.
+SELECT id, event_type, key, headers, correlation_id, causation_id, created_at
+FROM events WHERE id = :root
+UNION ALL
+SELECT id, event_type, key, headers, correlation_id, causation_id, created_at
+FROM events WHERE correlation_id = :root AND correlation_id IS NOT NULL
+ORDER BY id LIMIT :limit;
+
+-- name: chain_deliveries
+-- Each delivery of those events, with the handler time of its last failure.
+SELECT d.event_id, d.id, s.name AS subscription, d.status, d.attempts, d.last_error, d.replays,
+       d.updated_at,
+       CASE WHEN d.status IN ('completed', 'dead', 'cancelled')
+            THEN d.updated_at - e.created_at END AS elapsed_seconds,
+       (SELECT a.duration_seconds FROM delivery_attempts a
+        WHERE a.delivery_id = d.id ORDER BY a.id DESC LIMIT 1) AS last_attempt_seconds
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.event_id IN (SELECT value FROM json_each(:event_ids))
+ORDER BY d.event_id, s.name;
+
+-- name: health_event_types
+-- Every event type in the log, by a skip scan of the (event_type, key) index
+-- (one probe per type, not a scan of the log), with a count capped at :cap.
+WITH RECURSIVE types(event_type) AS (
+    SELECT (SELECT event_type FROM events ORDER BY event_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.event_type FROM events e
+            WHERE e.event_type > t.event_type ORDER BY e.event_type LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+)
+SELECT t.event_type,
+       (SELECT count(*) FROM (SELECT 1 FROM events e
+                              WHERE e.event_type = t.event_type LIMIT :cap)) AS events,
+       (SELECT count(*) FROM subscriptions s WHERE s.event_type = t.event_type) AS subscriptions
+FROM types t WHERE t.event_type IS NOT NULL
+ORDER BY t.event_type;
+
+-- name: health_subscriptions
+-- Per subscription, from the partial indexes only (status spelled literally so
+-- the planner uses them): pending, under a lease, dead.
+SELECT s.id, s.name, s.event_type, s.last_seen_at,
+       (SELECT count(*) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'pending' AND d.run_at <= :now) AS backlog,
+       (SELECT count(*) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'pending' AND d.run_at > :now) AS scheduled,
+       (SELECT :now - min(d.run_at) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'pending' AND d.run_at <= :now) AS lag_seconds,
+       (SELECT count(*) FROM deliveries d WHERE d.lease_until IS NOT NULL
+          AND d.subscription_id = s.id AND d.status = 'processing') AS in_flight,
+       (SELECT count(*) FROM deliveries d WHERE d.lease_until IS NOT NULL
+          AND d.lease_until < :now AND d.subscription_id = s.id
+          AND d.status = 'processing') AS stuck,
+       (SELECT count(*) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'dead') AS dead
+FROM subscriptions s
+ORDER BY s.name;
+
+-- name: health_completed_recent
+-- Completions in the last hour among the newest :limit deliveries (primary
+-- key order): bounded, so the answer is a lower bound when the window is full.
+SELECT subscription_id,
+       sum(CASE WHEN status = 'completed' AND updated_at > :now - 3600.0 THEN 1 ELSE 0 END) AS n,
+       count(*) AS examined
+FROM (SELECT subscription_id, status, updated_at FROM deliveries ORDER BY id DESC LIMIT :limit)
+GROUP BY 1;
+
+-- name: health_last_prune
+SELECT ran_at FROM maintenance WHERE name = 'prune';
+
+-- name: prune_events
+-- The next batch of the retention walk, in primary key order (a bounded range read).
+SELECT id, key, created_at FROM events WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: prune_doomed
+-- Deliveries of the batch finished before their retention cutoff (NULL keeps
+-- them): the subscription's own cutoffs when :overrides (JSON [name,
+-- completed, dead] triples) names it, else the bus's.
+SELECT d.id, d.status
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+LEFT JOIN (SELECT json_extract(value, '$[0]') AS name, json_extract(value, '$[1]') AS completed,
+                  json_extract(value, '$[2]') AS dead
+           FROM json_each(:overrides)) o ON o.name = s.name
+WHERE d.event_id IN (SELECT value FROM json_each(:event_ids))
+  AND ((d.status IN ('completed', 'cancelled')
+        AND CASE WHEN o.name IS NULL THEN :completed ELSE o.completed END IS NOT NULL
+        AND d.updated_at < :now - CASE WHEN o.name IS NULL THEN :completed ELSE o.completed END)
+    OR (d.status = 'dead'
+        AND CASE WHEN o.name IS NULL THEN :dead ELSE o.dead END IS NOT NULL
+        AND d.updated_at < :now - CASE WHEN o.name IS NULL THEN :dead ELSE o.dead END));
+
+-- name: prune_history
+DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_deliveries
+DELETE FROM deliveries WHERE id IN (SELECT value FROM json_each(:ids))
+  AND status IN ('completed', 'cancelled', 'dead');
+
+-- name: prune_events_doomed
+-- Events of the batch old enough, outside the dedup window when keyed, and
+-- with no delivery left but those about to go: a pending, processing or
+-- retained dead delivery keeps its event.
+SELECT e.id FROM events e
+WHERE e.id IN (SELECT value FROM json_each(:event_ids))
+  AND :completed IS NOT NULL AND e.created_at < :now - :completed
+  AND (e.key IS NULL OR e.created_at < :now - :dedup)
+  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = e.id
+                  AND d.id NOT IN (SELECT value FROM json_each(:doomed)));
+
+-- name: prune_delete_events
+DELETE FROM events WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_record
+INSERT INTO maintenance (name, ran_at, report) VALUES ('prune', :now, :report)
+ON CONFLICT (name) DO UPDATE SET ran_at = excluded.ran_at, report = excluded.report;

@@ -1,0 +1,177 @@
+"""Retention: how long finished rows stay, and what is never deleted.
+
+A :class:`Retention` on the :class:`~eventbus.Bus` is applied by workers (one
+pruner at a time: an advisory lock on PostgreSQL, the file's write lock on
+SQLite) and by ``eventbus prune``. Each pass deletes in small batches, each
+in its own short transaction:
+
+- a completed or cancelled delivery once it finished ``completed_retention``
+  ago, with its attempt history;
+- a dead delivery once it died ``dead_retention`` ago, with its history;
+- an event once it is older than ``completed_retention``, no delivery of it
+  remains (so no pending, processing or dead delivery ever loses its event),
+  and, if it has a key, it is older than ``dedup_window``.
+
+Idempotency keys therefore hold for at least ``dedup_window`` (and as long as
+the event is kept): a key published again after its event was pruned is a
+new event.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+
+import anyio
+import msgspec
+
+from .backends.base import RetentionStore
+from .errors import ConfigurationError
+
+__all__ = ["PruneReport", "Pruner", "Retention", "RetentionOverride"]
+
+
+class RetentionOverride(msgspec.Struct, frozen=True):
+    """One subscription's own retention; a setting left out is the bus's (``None`` keeps forever)."""
+
+    completed_retention: timedelta | msgspec.UnsetType | None = msgspec.UNSET
+    dead_retention: timedelta | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class Retention(msgspec.Struct, frozen=True):
+    """Retention settings of a bus (``None`` for a setting keeps those rows forever).
+
+    :param completed_retention: keep completed and cancelled deliveries, and
+        events, this long after they finished.
+    :param dead_retention: keep dead deliveries (and their history) this long.
+    :param dedup_window: never delete a keyed event younger than this.
+    :param interval: how often a worker runs a pass (``None``: workers never prune).
+    :param batch_size: rows per delete statement (one short transaction each).
+    :param max_batches: batches per pass, so a pass is bounded.
+    :param per_subscription: :class:`RetentionOverride` by subscription name,
+        e.g. an audit subscription that keeps its completed deliveries longer.
+        Events follow ``completed_retention`` and are kept while any delivery is.
+    """
+
+    completed_retention: timedelta | None = timedelta(days=7)
+    dead_retention: timedelta | None = timedelta(days=30)
+    dedup_window: timedelta = timedelta(days=7)
+    interval: timedelta | None = timedelta(minutes=5)
+    batch_size: int = 1000
+    max_batches: int = 100
+    per_subscription: dict[str, RetentionOverride] = {}
+
+    def __post_init__(self) -> None:
+        values = [(name, getattr(self, name)) for name in ("completed_retention", "dead_retention")]
+        values += [("dedup_window", self.dedup_window), ("interval", self.interval)]
+        for sub, o in self.per_subscription.items():
+            values += [(f"{sub}: completed_retention", o.completed_retention)]
+            values += [(f"{sub}: dead_retention", o.dead_retention)]
+        for name, value in values:
+            if isinstance(value, timedelta) and value < timedelta(0):
+                raise ConfigurationError(f"Retention.{name} cannot be negative")
+        if self.batch_size < 1 or self.max_batches < 1:
+            raise ConfigurationError("Retention.batch_size and max_batches must be at least 1")
+
+
+class PruneReport(msgspec.Struct):
+    """What one pruning pass deleted (or, on a dry run, would delete)."""
+
+    completed_deliveries: int = 0
+    dead_deliveries: int = 0
+    attempts: int = 0
+    events: int = 0
+    batches: int = 0
+    dry_run: bool = False
+    skipped: str | None = None
+    """Why nothing ran, e.g. another pruner holds the lock."""
+    seconds: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return self.completed_deliveries + self.dead_deliveries + self.events
+
+
+def _seconds(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _overrides(r: Retention) -> list[tuple[str, float | None, float | None]]:
+    """(name, completed seconds, dead seconds) per overridden subscription, the bus's where unset."""
+    out = []
+    for name, o in sorted(r.per_subscription.items()):
+        completed = r.completed_retention if o.completed_retention is msgspec.UNSET else o.completed_retention
+        dead = r.dead_retention if o.dead_retention is msgspec.UNSET else o.dead_retention
+        out.append((name, _seconds(completed), _seconds(dead)))
+    return out
+
+
+class Pruner:
+    """Walks the log by id in batches, resuming where the last pass stopped.
+
+    The walk starts over from the oldest event whenever it reaches events
+    younger than every cutoff (or the end of the log), so rows kept longer
+    (a backlog, retained dead letters) are stepped over, never rescanned on
+    every pass.
+    """
+
+    def __init__(self, store: RetentionStore, retention: Retention) -> None:
+        self.store = store
+        self.retention = retention
+        self.cursor = 0
+
+    async def run(
+        self,
+        *,
+        dry_run: bool = False,
+        max_batches: int | None = None,
+        progress: Callable[[PruneReport], object] | None = None,
+    ) -> PruneReport:
+        """One pass (at most ``max_batches``, default the retention's); skipped if another pruner runs."""
+        started = time.monotonic()
+        report = PruneReport(dry_run=dry_run)
+        async with self.store.prune_lock() as held:
+            if not held:
+                report.skipped = "another pruner holds the lock"
+                return report
+            await self._walk(report, dry_run, max_batches or self.retention.max_batches, progress)
+            report.seconds = time.monotonic() - started
+            if not dry_run:
+                await self.store.record_prune(msgspec.to_builtins(report))
+        return report
+
+    async def _walk(
+        self,
+        report: PruneReport,
+        dry_run: bool,
+        max_batches: int,
+        progress: Callable[[PruneReport], object] | None,
+    ) -> None:
+        r = self.retention
+        cursor = 0 if dry_run else self.cursor
+        overrides = _overrides(r)
+        for _ in range(max_batches):
+            with anyio.CancelScope(shield=True):  # a batch is short: finish it rather than abort it
+                batch = await self.store.prune_batch(
+                    cursor,
+                    r.batch_size,
+                    completed_seconds=_seconds(r.completed_retention),
+                    dead_seconds=_seconds(r.dead_retention),
+                    dedup_seconds=r.dedup_window.total_seconds(),
+                    dry_run=dry_run,
+                    overrides=overrides,
+                )
+            report.batches += 1
+            report.completed_deliveries += batch.completed
+            report.dead_deliveries += batch.dead
+            report.attempts += batch.attempts
+            report.events += batch.events
+            if progress is not None:
+                progress(report)
+            if batch.last_event_id is None or batch.young:
+                cursor = 0
+                break
+            cursor = batch.last_event_id
+        if not dry_run:
+            self.cursor = cursor
