@@ -1,47 +1,44 @@
 """The worker: claim deliveries, run handlers, write results.
 
-One anyio task group per worker. The claim loop takes batches per
-subscription while there is capacity, handlers run outside any transaction
-under a :class:`anyio.CapacityLimiter`, and one flusher writes results in
-batches: completions (with their follow-up events) in one transaction, fenced
-by the lease token. Beside them run the LISTEN connection, the lease
-heartbeat and the recovery of expired leases.
+One anyio task group per worker. The claim loop (here) takes batches per
+subscription while there is capacity and feeds ``concurrency`` long-lived
+runners through a dispatch queue (``_queue``); each runner executes one
+delivery at a time outside any transaction (``_execute``, where the
+observability hooks wrap the handler); one writer batches the results
+(``_results``): completions with their follow-up events in one transaction,
+fenced by the lease token. Beside them run the LISTEN connection, the lease
+heartbeat, expired-lease recovery, schedule ticks (``_schedules``) and
+retention (``_retention``); ``_inflight`` is the one registry of claimed runs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import math
 import time
-import traceback
 import uuid
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
 from ..backends._wakeup import SWEEP
 from ..backends.base import ClaimedDelivery, Completion, Failure, LeaseKey
-from ..context import Context
 from ..errors import (
     BackendError,
     ConfigurationError,
-    DecodeError,
     HandlerInterrupted,
-    HandlerTimeout,
     ResultNotStored,
 )
-from ..event import Event, decode_event
 from ..observe import DeliveryTracker
-from ..retry import Outcome
 from ..router import Subscription
 from ..types import DeliveryId
+from ._execute import Executor
 from ._inflight import InFlight
+from ._queue import DispatchQueue
 from ._results import ResultWriter
 from ._retention import run_retention
 from ._schedules import run_schedules
@@ -53,7 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 log = logging.getLogger("eventbus.worker")
-T = TypeVar("T")
 
 
 @dataclass
@@ -64,38 +60,6 @@ class _Active:
     id: int
     cursor: Any = None
     full_scan_at: float = -math.inf
-
-
-class _Queue(Generic[T]):
-    """An unbounded FIFO whose ``get`` does not yield when an item is ready.
-
-    A memory object stream checkpoints on every receive; at tens of thousands
-    of deliveries a second that was the worker's largest cost.
-    """
-
-    def __init__(self) -> None:
-        self._items: deque[T] = deque()
-        self._waiters: deque[anyio.Event] = deque()
-
-    def put(self, item: T) -> None:
-        self._items.append(item)
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.is_set():
-                waiter.set()
-                break
-
-    async def get(self) -> T:
-        while not self._items:
-            waiter = anyio.Event()
-            self._waiters.append(waiter)
-            await waiter.wait()
-        return self._items.popleft()
-
-    def take_all(self) -> list[T]:
-        items = list(self._items)
-        self._items.clear()
-        return items
 
 
 def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
@@ -112,31 +76,6 @@ def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int
     if unknown:
         known = ", ".join(sorted(bus.subscriptions)) or "none"
         raise ConfigurationError(f"no subscription named {', '.join(unknown)} in this bus (it has: {known})")
-
-
-def _storable(text: str) -> str:
-    """Text every backend can store: NUL characters and lone surrogates escaped."""
-    text = text.replace("\x00", "\\x00")
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode()
-    return text
-
-
-def _cancelling_this_task() -> bool:
-    """Whether the running task itself is being cancelled (a stop, a timeout).
-
-    A CancelledError can also come out of something a handler awaited (a
-    future another task cancelled): that one is the handler's failure.
-    """
-    if anyio.current_effective_deadline() == -math.inf:
-        return True  # an enclosing cancel scope was cancelled
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # not on asyncio: cancellation only comes from scopes
-        return False
-    return task is not None and task.cancelling() > 0
 
 
 class Worker:
@@ -194,13 +133,14 @@ class Worker:
         self._shield = Shield()
         self._results = ResultWriter(self.backend, self._forget, self._unstorable, self._shield)
         self._tracker = self._results.tracker = DeliveryTracker(bus.hooks, self.id)
+        self._executor = Executor(bus, self.id, self._tracker)
         self._slot_freed = anyio.Event()
         self._stopping = False
         self._grace_over = False  # running handlers outlived the grace period
         self._loop_scope: anyio.CancelScope | None = None
         self._handler_scope: anyio.CancelScope | None = None
         self._wake_at = math.inf
-        self._queue: _Queue[tuple[Subscription, ClaimedDelivery]] = _Queue()
+        self._queue: DispatchQueue[tuple[Subscription, ClaimedDelivery]] = DispatchQueue()
 
     @property
     def processed(self) -> int:
@@ -412,7 +352,7 @@ class Worker:
     async def _handle(self, sub: Subscription, delivery: ClaimedDelivery) -> None:
         started = time.monotonic()
         try:
-            result = await self._invoke(sub, delivery, started)
+            result = await self._executor.invoke(sub, delivery, started)
         except anyio.get_cancelled_exc_class():
             if self._grace_over:  # cut off after the grace period: that counts as an attempt
                 self._results.add(self._interrupted(sub, delivery, started))
@@ -427,85 +367,10 @@ class Worker:
             self._wake_at = min(self._wake_at, time.monotonic() + result.retry_delay_seconds)
         self._results.add(result)
 
-    async def _invoke(
-        self, sub: Subscription, delivery: ClaimedDelivery, started: float
-    ) -> Completion | Failure:
-        try:
-            event = self._decode(sub, delivery)
-        except DecodeError as exc:
-            return self._failure(sub, delivery, exc, started, dead=True)
-        ctx = Context(delivery, sub.name, self.bus.outgoing)
-        try:
-            timed_out = await self._call(sub, event, ctx)
-        except Exception as exc:
-            return self._failure(sub, delivery, exc, started)
-        except anyio.get_cancelled_exc_class() as exc:
-            if _cancelling_this_task():
-                raise  # the worker is stopping: hand the delivery back
-            # A CancelledError of something the handler awaited: its failure.
-            return self._failure(sub, delivery, exc, started)
-        if timed_out:
-            timeout = HandlerTimeout(f"handler ran past its timeout of {sub.timeout_seconds}s")
-            return self._failure(sub, delivery, timeout, started)
-        return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups))
-
-    async def _call(self, sub: Subscription, event: Event, ctx: Context) -> bool:
-        """Run the handler (inside the hooks' context); return True when it ran past its timeout."""
-        entered, error = self._tracker.enter(ctx), None
-        try:
-            if sub.timeout_seconds is None:  # no cancel scope on the hot path
-                await sub.handler(event, ctx)
-                return False
-            with anyio.move_on_after(sub.timeout_seconds) as scope:
-                await sub.handler(event, ctx)
-            return scope.cancelled_caught
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            self._tracker.exit(ctx, entered, error)
-
-    def _decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
-        if delivery.event_type != sub.event_type:
-            raise DecodeError(
-                f"event type {delivery.event_type!r} is not {sub.event_type!r}, "
-                f"the type subscription {sub.name!r} handles"
-            )
-        if len(delivery.payload) > self.bus.max_payload_bytes:
-            raise DecodeError(
-                f"payload of {len(delivery.payload)} bytes is over the limit of {self.bus.max_payload_bytes}"
-            )
-        return decode_event(sub.event_class, delivery.payload)
-
-    def _failure(
-        self,
-        sub: Subscription,
-        delivery: ClaimedDelivery,
-        exc: BaseException,
-        started: float,
-        *,
-        dead: bool = False,
-    ) -> Failure:
-        fate = Outcome(dead=True) if dead else sub.retry.outcome(exc, delivery.attempts)
-        return Failure(
-            delivery_id=delivery.id,
-            lease_token=delivery.lease_token,
-            dead=fate.dead,
-            retry_delay_seconds=fate.delay_seconds,
-            error_type=_storable(type(exc).__qualname__),
-            message=_storable((str(exc) or repr(exc))[:4000]),
-            traceback=_storable("".join(traceback.format_exception(exc))[-16000:]),
-            duration_seconds=time.monotonic() - started,
-            worker_id=self.id,
-            subscription=sub.name,
-            event_id=delivery.event_id,
-            attempt=delivery.attempts,
-        )
-
     def _interrupted(self, sub: Subscription, delivery: ClaimedDelivery, started: float) -> Failure:
         grace = f"{self.grace_seconds:g}s"
         exc = HandlerInterrupted(f"handler still running when the worker's grace period of {grace} ended")
-        return self._failure(sub, delivery, exc, started)
+        return self._executor.failure(sub, delivery, exc, started)
 
     def _unstorable(self, result: Completion | Failure, exc: Exception) -> Failure | None:
         """The failed attempt recorded in place of a result the database refused.
@@ -521,7 +386,7 @@ class Worker:
         what = "completion" if isinstance(result, Completion) else "failure"
         error = ResultNotStored(f"the database refused this run's {what}: {type(exc).__name__}: {exc}")
         started = time.monotonic() - (result.duration_seconds if isinstance(result, Failure) else 0.0)
-        return self._failure(claim.sub, claim.delivery, error, started)
+        return self._executor.failure(claim.sub, claim.delivery, error, started)
 
     async def _release(self, delivery: ClaimedDelivery) -> None:
         """Hand a delivery back without counting the attempt (shutdown)."""

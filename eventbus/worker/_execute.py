@@ -1,0 +1,137 @@
+"""Running one delivery: decode, call the handler, and turn what happened into a result.
+
+This is the hook point for observability: the tracker wraps every handler
+call. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+import anyio
+
+from ..backends.base import ClaimedDelivery, Completion, Failure
+from ..context import Context
+from ..errors import DecodeError, HandlerTimeout
+from ..event import Event, decode_event
+from ..observe import DeliveryTracker
+from ..retry import Outcome
+from ..router import Subscription
+
+if TYPE_CHECKING:
+    from ..bus import Bus
+
+__all__ = ["Executor"]
+
+
+def _storable(text: str) -> str:
+    """Text every backend can store: NUL characters and lone surrogates escaped."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def _cancelling_this_task() -> bool:
+    """Whether the running task itself is being cancelled (a stop, a timeout).
+
+    A CancelledError can also come out of something a handler awaited (a
+    future another task cancelled): that one is the handler's failure.
+    """
+    if anyio.current_effective_deadline() == -math.inf:
+        return True  # an enclosing cancel scope was cancelled
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not on asyncio: cancellation only comes from scopes
+        return False
+    return task is not None and task.cancelling() > 0
+
+
+class Executor:
+    """Runs a claimed delivery's handler and returns its :class:`Completion` or :class:`Failure`."""
+
+    def __init__(self, bus: Bus, worker_id: str, tracker: DeliveryTracker) -> None:
+        self.bus = bus
+        self.worker_id = worker_id
+        self.tracker = tracker
+
+    async def invoke(
+        self, sub: Subscription, delivery: ClaimedDelivery, started: float
+    ) -> Completion | Failure:
+        try:
+            event = self.decode(sub, delivery)
+        except DecodeError as exc:
+            return self.failure(sub, delivery, exc, started, dead=True)
+        ctx = Context(delivery, sub.name, self.bus.outgoing)
+        try:
+            timed_out = await self.call(sub, event, ctx)
+        except Exception as exc:
+            return self.failure(sub, delivery, exc, started)
+        except anyio.get_cancelled_exc_class() as exc:
+            if _cancelling_this_task():
+                raise  # the worker is stopping: hand the delivery back
+            # A CancelledError of something the handler awaited: its failure.
+            return self.failure(sub, delivery, exc, started)
+        if timed_out:
+            timeout = HandlerTimeout(f"handler ran past its timeout of {sub.timeout_seconds}s")
+            return self.failure(sub, delivery, timeout, started)
+        return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups))
+
+    async def call(self, sub: Subscription, event: Event, ctx: Context) -> bool:
+        """Run the handler (inside the hooks' context); return True when it ran past its timeout."""
+        entered, error = self.tracker.enter(ctx), None
+        try:
+            if sub.timeout_seconds is None:  # no cancel scope on the hot path
+                await sub.handler(event, ctx)
+                return False
+            with anyio.move_on_after(sub.timeout_seconds) as scope:
+                await sub.handler(event, ctx)
+            return scope.cancelled_caught
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            self.tracker.exit(ctx, entered, error)
+
+    def decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
+        if delivery.event_type != sub.event_type:
+            raise DecodeError(
+                f"event type {delivery.event_type!r} is not {sub.event_type!r}, "
+                f"the type subscription {sub.name!r} handles"
+            )
+        if len(delivery.payload) > self.bus.max_payload_bytes:
+            raise DecodeError(
+                f"payload of {len(delivery.payload)} bytes is over the limit of {self.bus.max_payload_bytes}"
+            )
+        return decode_event(sub.event_class, delivery.payload)
+
+    def failure(
+        self,
+        sub: Subscription,
+        delivery: ClaimedDelivery,
+        exc: BaseException,
+        started: float,
+        *,
+        dead: bool = False,
+    ) -> Failure:
+        fate = Outcome(dead=True) if dead else sub.retry.outcome(exc, delivery.attempts)
+        return Failure(
+            delivery_id=delivery.id,
+            lease_token=delivery.lease_token,
+            dead=fate.dead,
+            retry_delay_seconds=fate.delay_seconds,
+            error_type=_storable(type(exc).__qualname__),
+            message=_storable((str(exc) or repr(exc))[:4000]),
+            traceback=_storable("".join(traceback.format_exception(exc))[-16000:]),
+            duration_seconds=time.monotonic() - started,
+            worker_id=self.worker_id,
+            subscription=sub.name,
+            event_id=delivery.event_id,
+            attempt=delivery.attempts,
+        )
