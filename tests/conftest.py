@@ -17,7 +17,7 @@ import pytest
 
 from eventbus import Bus
 
-from .pgserver import PgServer
+from .support.pgserver import PgServer
 
 BACKENDS = ["postgres", "sqlite"]
 

@@ -11,7 +11,7 @@ import os
 import asyncpg
 
 from eventbus import Bus, Context
-from tests.helpers import OrderPlaced
+from tests.support.helpers import OrderPlaced
 
 bus = Bus()
 _pool: asyncpg.Pool | None = None

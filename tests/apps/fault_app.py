@@ -1,4 +1,4 @@
-"""Worker application for the fault-injection suite (tests/fault).
+"""Worker application for the fault-injection suite (tests/faults/postgres).
 
 Run as ``eventbus worker tests.apps.fault_app:bus``. The bus is built from
 ``EVENTBUS_DSN`` / ``EVENTBUS_SCHEMA``; the handlers are steered by env vars:

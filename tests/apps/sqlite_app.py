@@ -1,4 +1,4 @@
-"""Worker application of the SQLite fault tests (tests/sqlite).
+"""Worker application of the SQLite fault tests (tests/faults/sqlite).
 
 Run as ``eventbus worker tests.apps.sqlite_app:bus``; the bus comes from
 ``EVENTBUS_DSN`` (a ``sqlite:///…`` file). Steered by env vars:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eventbus import Context, DeadLetterFilter, RetryPolicy
 
-from ..helpers import OrderPlaced, PaymentRequested, counts, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
 
 async def _with_dead(bus, n: int = 5) -> dict[str, bool]:

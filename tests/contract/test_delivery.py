@@ -8,7 +8,7 @@ import pytest
 from eventbus import Context, DeadLetter, Envelope, Retry, RetryPolicy, Worker
 from eventbus.backends.base import Completion
 
-from ..helpers import FAST, OrderPlaced, PaymentRequested, Shipped, counts, drain
+from ..support.helpers import FAST, OrderPlaced, PaymentRequested, Shipped, counts, drain
 
 
 async def test_follow_ups_form_a_chain(bus) -> None:

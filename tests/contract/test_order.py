@@ -11,7 +11,7 @@ from eventbus import Bus, Context, DeadLetter, Envelope, Retry, Worker
 from eventbus.backends.base import ClaimedDelivery, Failure
 from eventbus.backends.sqlite import _link
 
-from ..helpers import OrderPlaced, counts, drain
+from ..support.helpers import OrderPlaced, counts, drain
 
 WORKER = "00000000-0000-4000-8000-000000000001"
 

@@ -6,7 +6,7 @@ import pytest
 
 from eventbus import Context, Envelope, PayloadTooLarge
 
-from ..helpers import OrderPlaced, PaymentRequested, counts, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
 
 async def test_publish_returns_id_and_dedupes_by_key(bus) -> None:

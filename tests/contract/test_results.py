@@ -24,8 +24,8 @@ from eventbus import (
 )
 from eventbus.backends.base import Completion, Failure, OutgoingEvent
 
-from ..helpers import OrderPlaced, PaymentRequested, counts, drain
-from ..processes import EVENTBUS, ProcessGroup
+from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
+from ..support.processes import EVENTBUS, ProcessGroup
 
 WORKER_A = "00000000-0000-4000-8000-00000000000a"
 ONCE = RetryPolicy(max_attempts=1)

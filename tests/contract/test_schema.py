@@ -7,7 +7,7 @@ import pytest
 from eventbus import SchemaNotMigrated
 
 from ..conftest import Target
-from ..helpers import OrderPlaced
+from ..support.helpers import OrderPlaced
 
 
 async def test_unmigrated_bus_refuses_with_the_command_to_run(target: Target) -> None:

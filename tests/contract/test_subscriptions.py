@@ -10,7 +10,7 @@ import pytest
 from eventbus import Context, DeadLetterFilter, NotFound, RetryPolicy, Worker
 from eventbus.backends.base import Failure
 
-from ..helpers import OrderPlaced, counts, drain
+from ..support.helpers import OrderPlaced, counts, drain
 
 
 def _subscribe(bus, name: str, seen: list[str], fail: bool = False) -> None:

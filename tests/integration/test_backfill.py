@@ -7,7 +7,7 @@ import asyncpg
 
 from eventbus import Context, Worker
 
-from ..helpers import OrderPlaced, counts, drain
+from ..support.helpers import OrderPlaced, counts, drain
 
 
 async def test_registration_during_an_open_publish_transaction_loses_nothing(pg_target) -> None:

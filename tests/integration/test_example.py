@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..processes import ROOT
+from ..support.processes import ROOT
 
 
 def test_example_runs_end_to_end_on_a_fresh_sqlite_file(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from eventbus.backends.base import Failure
 
 from ..apps.ordered_app import Step, read_records, router
 from ..conftest import Target
-from ..helpers import counts
-from ..processes import EVENTBUS, Proc, ProcessGroup
+from ..support.helpers import counts
+from ..support.processes import EVENTBUS, Proc, ProcessGroup
 
 APP = "tests.apps.ordered_app:bus"
 HOLDER = "00000000-0000-4000-8000-000000000002"

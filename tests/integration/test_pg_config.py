@@ -11,7 +11,7 @@ import pytest
 from eventbus import BackendUnavailable, Bus, Context, Worker
 from eventbus.backends.postgres import PostgresBackend
 
-from ..helpers import OrderPlaced, counts
+from ..support.helpers import OrderPlaced, counts
 
 
 async def test_longest_schema_name_publishes_and_wakes_a_worker(pg_dsn: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from eventbus import Context, MigrationChecksumMismatch, Worker
 from eventbus.backends.base import Completion
 
-from ..helpers import OrderPlaced, PaymentRequested, counts, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from eventbus import Envelope
 
 from ..apps.lifecycle_events import Quick, Slow, Stuck
 from ..conftest import Target
-from ..pgserver import PgServer
-from ..processes import EVENTBUS, Proc, ProcessGroup
+from ..support.pgserver import PgServer
+from ..support.processes import EVENTBUS, Proc, ProcessGroup
 
 APP = "tests.apps.lifecycle_app:bus"
 

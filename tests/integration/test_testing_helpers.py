@@ -9,7 +9,7 @@ import asyncpg
 from eventbus import Context, Router
 from eventbus.testing import drain, temporary_bus
 
-from ..helpers import OrderPlaced, PaymentRequested, counts
+from ..support.helpers import OrderPlaced, PaymentRequested, counts
 
 app = Router()
 paid: list[str] = []

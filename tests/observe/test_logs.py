@@ -12,7 +12,7 @@ from eventbus import Context, DeadLetter, Retry
 from eventbus.logs import DeliveryContextFilter, JsonFormatter
 
 from ..conftest import Target
-from ..helpers import OrderPlaced, drain
+from ..support.helpers import OrderPlaced, drain
 
 handler_log = logging.getLogger("tests.observe.handler")
 

@@ -13,7 +13,7 @@ from eventbus import Context, RetryPolicy
 from eventbus.metrics import Metrics, QueueCollector
 
 from ..conftest import Target
-from ..helpers import OrderPlaced, Shipped, drain
+from ..support.helpers import OrderPlaced, Shipped, drain
 
 
 def _value(text: str, name: str, **labels: str) -> float:

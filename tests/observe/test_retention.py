@@ -19,7 +19,7 @@ from eventbus import (
 )
 from eventbus.retention import Retention
 
-from ..helpers import OrderPlaced, counts, drain
+from ..support.helpers import OrderPlaced, counts, drain
 
 
 class Later(Event, event_type="test.later"):

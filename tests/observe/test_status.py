@@ -11,7 +11,7 @@ import asyncpg
 from eventbus import Context, Event, RetryPolicy
 
 from ..conftest import Target
-from ..helpers import OrderPlaced, drain
+from ..support.helpers import OrderPlaced, drain
 
 
 class Orphan(Event, event_type="test.orphan"):

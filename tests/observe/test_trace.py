@@ -12,7 +12,7 @@ from eventbus import Context, NotFound, RetryPolicy
 from eventbus.types import ChainEvent
 
 from ..conftest import Target
-from ..helpers import OrderPlaced, PaymentRequested, Shipped, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 
 
 def _chain_app(bus) -> None:

@@ -15,7 +15,7 @@ from opentelemetry.trace import SpanKind
 from eventbus import Context, Retry
 from eventbus.tracing import Tracing
 
-from ..helpers import OrderPlaced, PaymentRequested, Shipped, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 
 
 def _attrs(span: ReadableSpan) -> dict[str, Any]:

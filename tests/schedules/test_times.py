@@ -120,7 +120,11 @@ def test_event_classes_and_targets_are_checked() -> None:
     with pytest.raises(InvalidSchedule, match="already declared"):
         bus.schedule("plain", Plain, every=timedelta(hours=1))
     with pytest.raises(InvalidSchedule, match="needs a default"):
-        bus.schedule("orders", __import__("tests.helpers").helpers.OrderPlaced, every=timedelta(hours=1))
+        bus.schedule(
+            "orders",
+            __import__("tests.support.helpers").support.helpers.OrderPlaced,
+            every=timedelta(hours=1),
+        )
     with pytest.raises(InvalidSchedule, match="start= takes a state machine"):
         bus.schedule("retrain", start=object(), checkpoint=lambda occ: None, cron="0 3 * * 1")
     with pytest.raises(InvalidSchedule, match="no '@'"):

@@ -22,7 +22,7 @@ from eventbus import Bus
 from eventbus.schedules import occurrence_key
 
 from ..conftest import Target
-from ..processes import EVENTBUS, ROOT, Proc, ProcessGroup
+from ..support.processes import EVENTBUS, ROOT, Proc, ProcessGroup
 from ._support import db_now, event_keys
 
 

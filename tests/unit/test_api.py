@@ -23,7 +23,7 @@ from eventbus.backends._sql import validate_schema
 from eventbus.backends.postgres import PostgresBackend
 from eventbus.event import decode_event, encode_event
 
-from ..helpers import OrderPlaced, PaymentRequested
+from ..support.helpers import OrderPlaced, PaymentRequested
 
 
 def test_backoff_grows_is_capped_and_jittered() -> None:

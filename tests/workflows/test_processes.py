@@ -17,7 +17,7 @@ from eventbus import Bus
 from tests.apps.workflow_app import GPU_SCHEMA, Retrain, m
 
 from ..conftest import Target
-from ..processes import EVENTBUS, ProcessGroup
+from ..support.processes import EVENTBUS, ProcessGroup
 
 APP = "tests.apps.workflow_app:bus"
 WORKER = [EVENTBUS, "worker", APP, "--poll-interval", "0.2", "--recovery-interval", "0.5", "--grace", "1"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eventbus import Bus
 
-from ..apps.sqlite_events import Hang
+from ...apps.sqlite_events import Hang
 from ._support import Procs, handler_runs, integrity, prepare, rows, scalar, wait_until, worker_pids
 
 LEASE = 1.5

@@ -25,8 +25,8 @@ import pytest
 
 from eventbus import Envelope
 
-from ..apps.fault_events import Audit, Order
-from ..conftest import Target
+from ...apps.fault_events import Audit, Order
+from ...conftest import Target
 from ._support import Procs, percentile, prepare, settled, wait_until, worker_id_of
 
 ORDERS = 1600

@@ -6,7 +6,7 @@ import time
 
 from eventbus import Envelope
 
-from ..apps.fault_events import Audit
+from ...apps.fault_events import Audit
 from ._support import socket_ports_of, wait_until, worker_id_of
 
 POLL = 3.0

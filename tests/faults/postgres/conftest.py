@@ -8,7 +8,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from ..conftest import Target
+from ...conftest import Target
 from ._support import Procs, prepare
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eventbus import Envelope
 
-from ..apps.fault_events import Order
+from ...apps.fault_events import Order
 from ._support import settled, wait_until, worker_id_of
 
 MAX_PAYLOAD = 4096

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from eventbus import Bus
 
-from ..processes import EVENTBUS, Proc, ProcessGroup
+from ...support.processes import EVENTBUS, Proc, ProcessGroup
 
 APP = "tests.apps.sqlite_app:bus"
 

@@ -7,7 +7,7 @@ import signal
 
 from eventbus import Envelope
 
-from ..apps.fault_events import Flaky
+from ...apps.fault_events import Flaky
 from ._support import wait_until, worker_id_of
 
 EVENTS = 10

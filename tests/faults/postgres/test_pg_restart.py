@@ -16,9 +16,9 @@ import asyncpg
 
 from eventbus import BackendError, Envelope
 
-from ..apps.fault_events import Order
-from ..conftest import Target
-from ..pgserver import PgServer
+from ...apps.fault_events import Order
+from ...conftest import Target
+from ...support.pgserver import PgServer
 from ._support import Procs, prepare, wait_until, worker_id_of
 
 

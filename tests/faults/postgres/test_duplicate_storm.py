@@ -12,7 +12,7 @@ import asyncpg
 from eventbus import Envelope
 from eventbus.backends.base import SubscriptionSpec
 
-from ..apps.fault_events import Audit
+from ...apps.fault_events import Audit
 
 TASKS = 20
 KEYS = 300

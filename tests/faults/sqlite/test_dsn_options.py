@@ -12,7 +12,7 @@ from eventbus import Bus, ConfigurationError
 from eventbus.backends.sqlite import SQLiteBackend
 from eventbus.backends.sqlite._link import BUSY_SLICE_MS, DsnOptions, parse_dsn
 
-from ..processes import EVENTBUS, ROOT
+from ...support.processes import EVENTBUS, ROOT
 
 
 def test_parse_dsn_reads_known_options() -> None:

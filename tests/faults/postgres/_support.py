@@ -18,8 +18,8 @@ from typing import Any
 
 import asyncpg
 
-from ..conftest import Target
-from ..processes import EVENTBUS, ROOT, Proc, ProcessGroup
+from ...conftest import Target
+from ...support.processes import EVENTBUS, ROOT, Proc, ProcessGroup
 
 APP = "tests.apps.fault_app:bus"
 

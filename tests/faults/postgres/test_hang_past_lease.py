@@ -13,7 +13,7 @@ import signal
 
 from eventbus import Envelope
 
-from ..apps.fault_events import Hang
+from ...apps.fault_events import Hang
 from ._support import wait_until, worker_id_of
 
 

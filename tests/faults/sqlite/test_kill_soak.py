@@ -25,7 +25,7 @@ from pathlib import Path
 
 from eventbus import Bus, Envelope
 
-from ..apps.sqlite_events import Audit, Job
+from ...apps.sqlite_events import Audit, Job
 from ._support import (
     Procs,
     acks,

@@ -1,0 +1,1 @@
+"""Fault-injection suites, one per backend: real processes, real signals, real databases."""
