@@ -320,7 +320,7 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
         self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
     ) -> list[PublishResult]:
         rows = await conn.fetch(self.q["publish"], *_columns(events), self.notify_channel)
-        inserted = {r[1] - 1: r[0] for r in rows}  # input index -> new id
+        inserted = {r["ord"] - 1: r["id"] for r in rows}  # input index -> new id
         if len(inserted) == len(events):  # nothing skipped: every event is new
             return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
         batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
@@ -395,8 +395,8 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
             finished = 0
             for row in await conn.fetch(self.q["backfills_settled"]):
                 async with conn.transaction():
-                    if await conn.fetchval(self.q["backfill_settle"], row[0]) is not None:
-                        await conn.execute(self.q["backfill"], row[0])
+                    if await conn.fetchval(self.q["backfill_settle"], row["subscription_id"]) is not None:
+                        await conn.execute(self.q["backfill"], row["subscription_id"])
                         finished += 1
         return finished
 
@@ -431,21 +431,21 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
         text_token = str(token)
         return [
             ClaimedDelivery(
-                id=r[0],
-                event_id=r[1],
+                id=r["id"],
+                event_id=r["event_id"],
                 subscription_id=subscription_id,
-                attempts=r[2],
+                attempts=r["attempts"],
                 lease_token=text_token,
-                event_type=r[3],
-                payload=r[4],
-                headers=decode_headers(r[5]),
-                key=r[6],
-                correlation_id=r[7],
-                ordering_key=r[8],
-                created_at=r[9],
-                position=(r[10], r[0]),
-                run_at=r[10],
-                causation_id=r[11],
+                event_type=r["event_type"],
+                payload=r["payload"],
+                headers=decode_headers(r["headers"]),
+                key=r["key"],
+                correlation_id=r["correlation_id"],
+                ordering_key=r["ordering_key"],
+                created_at=r["created_at"],
+                position=(r["run_at"], r["id"]),
+                run_at=r["run_at"],
+                causation_id=r["causation_id"],
             )
             for r in rows
         ]
@@ -465,7 +465,7 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
         async with self._tx("complete") as conn:
             for token, ids in by_token.items():
                 rows = await conn.fetch(self.q["complete"], ids, token)
-                done.update((DeliveryId(r[0]), token) for r in rows)
+                done.update((DeliveryId(r["id"]), token) for r in rows)
             follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
             if follow_ups:
                 await self._publish_on(conn, follow_ups)
@@ -489,26 +489,26 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
                 [x.worker_id for x in f],
                 self.notify_channel,
             )
-        return {(DeliveryId(r[0]), r[1]) for r in rows}
+        return {(DeliveryId(r["id"]), r["token"]) for r in rows}
 
     async def release(self, ids: Sequence[DeliveryId], lease_token: str) -> int:
         if not ids:
             return 0
         async with self._conn("release") as conn:
             row = await conn.fetchrow(self.q["release"], list(ids), lease_token, self.notify_channel)
-        return int(row[0])
+        return int(row["released"])
 
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
     ) -> set[DeliveryId]:
         async with self._conn("lease renewal") as conn:
             rows = await conn.fetch(self.q["extend"], list(ids), lease_token, lease_seconds)
-        return {DeliveryId(r[0]) for r in rows}
+        return {DeliveryId(r["id"]) for r in rows}
 
     async def recover_expired(self, limit: int = 1000) -> int:
         async with self._conn("lease recovery") as conn:
             row = await conn.fetchrow(self.q["recover_expired"], limit, self.notify_channel)
-        return int(row[0])
+        return int(row["recovered"])
 
     async def next_run_in(self, subscription_id: int) -> float | None:
         async with self._conn("next_run_in") as conn:

@@ -202,7 +202,7 @@ class PostgresSchedules:
             rows = await conn.fetch(
                 self.q["occurrences_request"], name, [now] if times is None else list(times)
             )
-        return [r[0] for r in rows]
+        return [r["scheduled_for"] for r in rows]
 
 
 def _columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:

@@ -129,8 +129,8 @@ WHERE b.open_vxids IS NULL;
 -- name: backfills_settled
 -- Owed backfills whose overlapping transactions have all ended: no open_vxids
 -- is held any more, and none of open_xids waits as a prepared transaction (a
--- transaction that prepares releases its vxid but keeps its xid). A transaction's locks are released only after
--- its commit became visible, so the next backfill sees what it published.
+-- transaction that prepares releases its vxid but keeps its xid). A
+-- transaction's locks are released only after its commit became visible, so the next backfill sees what it published.
 SELECT b.subscription_id FROM {schema}.subscription_backfills b
 WHERE b.open_vxids IS NOT NULL
   AND NOT EXISTS (SELECT 1 FROM pg_locks l
@@ -297,7 +297,7 @@ WITH released AS (
     SELECT pg_notify($3, s.event_type) FROM {schema}.subscriptions s
     WHERE s.id IN (SELECT subscription_id FROM released)
 )
-SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM notified);
+SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notified) AS notified;
 
 -- name: extend
 UPDATE {schema}.deliveries
@@ -333,7 +333,7 @@ WITH expired AS (
     SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
     WHERE s.id IN (SELECT subscription_id FROM recovered WHERE status = 'pending')
 )
-SELECT (SELECT count(*) FROM recovered), (SELECT count(*) FROM notified);
+SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM notified) AS notified;
 
 -- name: next_run_in
 -- When the subscription's next claimable delivery is due: the earliest pending
