@@ -70,6 +70,7 @@ __all__ = [
     "SubscriptionSpec",
     "TickPlan",
     "Wakeups",
+    "WorkerStore",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
     "WorkflowHistoryEntry",
@@ -820,6 +821,10 @@ class WorkflowStore(Protocol):
         """Publish a step for live instances due for over ``grace_seconds`` that have no step
         pending or processing (their tick was lost); return how many."""
         ...
+
+
+class WorkerStore(DeliveryStore, Wakeups, Protocol):
+    """What a worker needs of a backend: the hot path and the wake-ups, nothing else."""
 
 
 class Backend(

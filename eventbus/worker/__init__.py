@@ -26,7 +26,7 @@ import anyio
 import anyio.lowlevel
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import ClaimedDelivery, Completion, Failure, LeaseKey
+from ..backends.base import ClaimedDelivery, Completion, Failure, LeaseKey, WorkerStore
 from ..errors import (
     BackendError,
     ConfigurationError,
@@ -117,7 +117,7 @@ class Worker:
             recovery_interval_seconds=recovery_interval_seconds,
         )
         self.bus = bus
-        self.backend = bus.backend
+        self.backend: WorkerStore = bus.backend
         self.concurrency = max(1, concurrency)
         self.batch_size = max(1, batch_size)
         self.poll_interval_seconds = poll_interval_seconds

@@ -10,7 +10,7 @@ from typing import TypeVar
 import anyio
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import Backend, Completion, Failure, LeaseKey
+from ..backends.base import Completion, Failure, LeaseKey, WorkerStore
 from ..errors import BackendUnavailable
 from ..observe import DeliveryTracker, NoHooks
 from ._failures import FailureLog
@@ -45,7 +45,7 @@ class ResultWriter:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: WorkerStore,
         forget: Callable[[LeaseKey], object],
         unstorable: Callable[[Completion | Failure, Exception], Failure | None],
         shield: Shield | None = None,
