@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -112,16 +113,21 @@ async def main() -> None:
             for s in order:
                 rate = await runners[s](c)
                 rates[(s, c)].append(rate)
-                print(f"run {r} {s} concurrency={c}: {rate:,.0f}/s load1={os.getloadavg()[0]:.2f}", flush=True)
+                load = os.getloadavg()[0]
+                print(f"run {r} {s} concurrency={c}: {rate:,.0f}/s load1={load:.2f}", flush=True)
     print_table(rates, args.n)
     if args.json:
-        out = [{"system": s, "concurrency": c, "n": args.n, "runs": v} for (s, c), v in rates.items()]
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=2)
+        write_json(args.json, rates, args.n)
+
+
+def write_json(path: str, rates: dict[tuple[str, int], list[float]], n: int) -> None:
+    out = [{"system": s, "concurrency": c, "n": n, "runs": v} for (s, c), v in rates.items()]
+    Path(path).write_text(json.dumps(out, indent=2) + "\n")
 
 
 def print_table(rates: dict[tuple[str, int], list[float]], n: int) -> None:
-    print(f"\n| system | publishers | n | median events/s | range | vs pgqueuer (median) |\n|---|---|---|---|---|---|")
+    print("\n| system | publishers | n | median events/s | range | vs pgqueuer (median) |")
+    print("|---|---|---|---|---|---|")
     for (s, c), v in rates.items():
         ref = rates.get(("pgqueuer", c))
         ratio = f"{statistics.median(v) / statistics.median(ref):.2f}x" if ref else ""
