@@ -10,7 +10,8 @@ time (awaited) until ``n`` are published: 1 is the single-publish case.
 Systems: ``eventbus`` (default: concurrent publishes coalesced), ``eventbus-nc``
 (``Bus(coalesce_publishes=False)``: one transaction per call), ``pgqueuer``
 (``Queries.enqueue`` on one connection for 1 task, on an asyncpg pool of 10,
-eventbus's default pool size, for more).
+eventbus's default pool size, for more). ``--eventbus-dsn sqlite:///path`` measures the
+embedded backend instead (with ``--systems eventbus,eventbus-nc``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ async def drive(publish: Publish, n: int, concurrency: int) -> float:
 
 
 async def eventbus_rate(dsn: str, n: int, concurrency: int, coalesce: bool) -> float:
-    await recreate_database(dsn)
+    if dsn.startswith("sqlite:///"):  # a fresh file (with its WAL) for each run
+        for suffix in ("", "-wal", "-shm"):
+            Path(dsn.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)  # noqa: ASYNC240
+    else:
+        await recreate_database(dsn)
     bus = Bus(dsn, **({} if coalesce else {"coalesce_publishes": False}))
     bus.subscribe(Tick, name="bench")(_noop)
     try:
