@@ -10,9 +10,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from eventbus import BackendError, Bus, Context
+from eventbus import BackendError, Bus, Context, NoHooks
 from eventbus._coalesce import Flush
 from eventbus.backends.base import OutgoingEvent
+from eventbus.observe import Publishing
 from eventbus.types import PublishResult
 
 from ..conftest import Target
@@ -156,3 +157,31 @@ async def test_connection_publishes_stay_in_the_callers_transaction(bus: Bus, ta
         await conn.close()
     assert sum(recorded.sizes) == 4  # the connection= publish never joined a batch
     assert (await bus.status()).events == 4  # and it went with the rolled-back transaction
+
+
+class PerCaller(NoHooks):
+    """Records, per publish call, the task it ran in and the results it was told of."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[asyncio.Task[Any] | None, int, list[PublishResult] | None]] = []
+
+    def on_publish(self, events: Sequence[OutgoingEvent]) -> Publishing:
+        task = asyncio.current_task()
+
+        def done(results: Sequence[PublishResult] | None, exc: BaseException | None) -> None:
+            self.seen.append((task, len(events), None if results is None else list(results)))
+
+        return events, done
+
+
+async def test_hooks_see_each_coalesced_publish_in_its_callers_task(bus: Bus) -> None:
+    hooks = PerCaller()
+    bus.add_hooks(hooks)
+    recorded = Recorded(bus)
+    tasks = [asyncio.ensure_future(bus.publish(OrderPlaced(order_id=str(i)))) for i in range(5)]
+    results = await asyncio.gather(*tasks)
+    assert recorded.sizes == [1, 4]  # shared statements ...
+    by_task = {task: (size, told) for task, size, told in hooks.seen}
+    assert len(hooks.seen) == 5  # ... but one hook call per caller, with that caller's own result
+    for task, result in zip(tasks, results, strict=True):
+        assert by_task[task] == (1, [result])
