@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from .backends.base import OutgoingEvent
-from .errors import BackendUnavailable
+from .errors import BackendUnavailable, PublishError
 from .types import PublishResult
 
 __all__ = ["DEFAULT_MAX_BATCH", "PublishCoalescer"]
@@ -38,8 +38,6 @@ class PublishCoalescer:
         self._waiting: list[Waiter] = []
         self._busy = False
         self._drainer: asyncio.Task[None] | None = None
-        self.flushes = 0
-        """Backend calls made, batches and lone publishes alike (for tests and metrics)."""
 
     async def publish(self, event: OutgoingEvent) -> PublishResult:
         if self._busy:  # a flush is in flight: ride along in the next one
@@ -48,7 +46,6 @@ class PublishCoalescer:
             return await future
         self._busy = True  # nothing in flight: send this one now, alone
         try:
-            self.flushes += 1
             (result,) = await self._flush([event])
             return result
         finally:
@@ -76,7 +73,6 @@ class PublishCoalescer:
                 self._waiting.clear()
 
     async def _send(self, batch: list[Waiter]) -> None:
-        self.flushes += 1
         try:
             results = await self._flush([e for e, _ in batch])
         except asyncio.CancelledError:
@@ -91,6 +87,9 @@ class PublishCoalescer:
                 return
             for member in batch:  # isolate the event the database refused
                 await self._send([member])
+            return
+        if len(results) != len(batch):  # never expected; no caller may be left waiting
+            _fail(batch, PublishError(f"the backend returned {len(results)} results for {len(batch)} events"))
             return
         for (_, future), result in zip(batch, results, strict=True):
             if not future.done():  # else its caller was cancelled meanwhile
