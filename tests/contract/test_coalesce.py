@@ -17,7 +17,7 @@ from eventbus.observe import Publishing
 from eventbus.types import PublishResult
 
 from ..conftest import Target
-from ..helpers import OrderPlaced, drain
+from ..support.helpers import OrderPlaced, drain
 
 
 class Recorded:
