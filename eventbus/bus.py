@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from ._coalesce import PublishCoalescer
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import (
@@ -118,6 +119,10 @@ class Bus(WorkflowBus):
     :param hooks: :class:`~eventbus.observe.Hooks` told about publishes, claims,
         handler runs and outcomes (metrics, tracing, your own); more with :meth:`add_hooks`.
     :param retention: how long finished rows are kept (:class:`~eventbus.retention.Retention`).
+    :param coalesce_publishes: concurrent :meth:`publish` calls of this bus
+        (without ``connection``) share one statement and one commit; a call
+        that finds none in flight is sent at once. Each caller still gets its
+        own result or error. Off: one transaction per call.
     """
 
     def __init__(
@@ -130,6 +135,7 @@ class Bus(WorkflowBus):
         migrate: bool = False,
         hooks: Sequence[Hooks] = (),
         retention: Retention | None = None,
+        coalesce_publishes: bool = True,
         **backend_options: Any,
     ) -> None:
         super().__init__()
@@ -143,6 +149,9 @@ class Bus(WorkflowBus):
         self.backend: Backend = backend or open_backend(
             self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), migrate=migrate, **backend_options
         )
+        self.coalescer = (
+            PublishCoalescer(lambda events: self.backend.publish(events)) if coalesce_publishes else None
+        )
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()
@@ -152,6 +161,8 @@ class Bus(WorkflowBus):
         await self.aclose()
 
     async def aclose(self) -> None:
+        if self.coalescer is not None:
+            await self.coalescer.aclose()
         await self.backend.aclose()
 
     async def migrate(self) -> list[str]:
@@ -220,7 +231,8 @@ class Bus(WorkflowBus):
         With ``key``, a second publish of the same type and key inserts nothing
         and returns the first event's id with ``duplicate=True``. With
         ``connection`` (an asyncpg connection inside a transaction), the event
-        exists only if that transaction commits.
+        exists only if that transaction commits. Concurrent calls without
+        ``connection`` share a commit (see ``coalesce_publishes``).
         """
         out = self.outgoing(event, key=key, delay=delay, headers=headers, ordering_key=ordering_key)
         (result,) = await self._publish([out], connection)
@@ -253,6 +265,8 @@ class Bus(WorkflowBus):
 
     async def _publish_now(self, batch: Sequence[OutgoingEvent], connection: Any) -> list[PublishResult]:
         if connection is None:
+            if self.coalescer is not None and len(batch) == 1:  # may share a commit with others
+                return [await self.coalescer.publish(batch[0])]
             return await self.backend.publish(batch)
         publish_in = getattr(self.backend, "publish_in", None)
         if publish_in is None:

@@ -319,8 +319,7 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
     async def _publish_on(
         self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
     ) -> list[PublishResult]:
-        rows = await conn.fetch(self.q["publish"], *_columns(events), self.notify_channel)
-        inserted = {r["ord"] - 1: r["id"] for r in rows}  # input index -> new id
+        inserted = await self._insert(conn, events)
         if len(inserted) == len(events):  # nothing skipped: every event is new
             return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
         batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
@@ -336,6 +335,26 @@ class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
             )
             known = {(r["event_type"], r["key"]): r["id"] for r in found}
         return resolve_results(events, inserted, known)
+
+    async def _insert(self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]) -> dict[int, int]:
+        """Insert and fan out; map input index -> new event id (a taken key has none)."""
+        if len(events) > 1:
+            rows = await conn.fetch(self.q["publish"], *_columns(events), self.notify_channel)
+            return {r["ord"] - 1: r["id"] for r in rows}
+        e = events[0]
+        new_id = await conn.fetchval(
+            self.q["publish_one"],
+            e.event_type,
+            e.key,
+            e.payload,
+            e.headers_json,
+            e.delay_seconds,
+            e.correlation_id,
+            e.causation_id,
+            e.ordering_key,
+            self.notify_channel,
+        )
+        return {} if new_id is None else {0: new_id}
 
     # -- subscriptions ---------------------------------------------------
 
