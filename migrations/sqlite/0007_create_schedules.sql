@@ -1,5 +1,5 @@
 -- Recurring schedules and their occurrences (SQLite).
--- Mirrors migrations/postgres/0010_create_schedules.sql. Times are REAL epoch
+-- Mirrors migrations/postgres/0007_create_schedules.sql. Times are REAL epoch
 -- seconds (UTC); booleans are 0/1. An occurrence is one row keyed by
 -- (schedule, scheduled_for): the key makes a firing happen at most once.
 
