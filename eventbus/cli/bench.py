@@ -104,6 +104,11 @@ async def drain_throughput(
 @click.option("--subscriptions", default=1, show_default=True, help="Fan-out per event.")
 @click.option("--handler-sleep", default=0.0, show_default=True, help="Seconds per handler.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--chart",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write a PNG chart of the run here (needs eventbus[bench]).",
+)
 @click.pass_obj
 def bench(
     obj: Obj,
@@ -113,8 +118,10 @@ def bench(
     subscriptions: int,
     handler_sleep: float,
     as_json: bool,
+    chart: str | None,
 ) -> None:
     """Measure end-to-end claim throughput (publish N, then drain)."""
+    pyplot = _pyplot() if chart else None
 
     async def go() -> dict[str, Any]:
         return await drain_throughput(
@@ -127,6 +134,8 @@ def bench(
         )
 
     result = run(go)
+    if pyplot is not None and chart:
+        _write_chart(pyplot, result, chart)
     if as_json:
         click.echo(msgspec.json.encode(result))
         return
@@ -136,3 +145,34 @@ def bench(
         f"(n={n}, subscriptions={subscriptions}, concurrency={concurrency}, "
         f"batch={batch_size})"
     )
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on a file-only backend, or one clear error naming the extra."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as pyplot
+    except ImportError:
+        raise click.ClickException("--chart needs matplotlib: pip install 'eventbus[bench]'") from None
+    return pyplot
+
+
+def _write_chart(pyplot: Any, result: dict[str, Any], path: str) -> None:
+    """A two-bar PNG: publish and drain rates of this run, labelled with its settings."""
+    fig, ax = pyplot.subplots(figsize=(7, 3.2), dpi=120)
+    rates = [result["publish_per_second"], result["deliveries_per_second"]]
+    bars = ax.barh(["publish (batches of 1,000)", "drain (deliveries)"], rates, color=["#6b8fb3", "#3d6b35"])
+    ax.bar_label(bars, labels=[f"{r:,.0f}/s" for r in rates], padding=4)
+    ax.set_xlim(0, max(rates) * 1.3)
+    ax.set_xlabel("per second")
+    ax.set_title(
+        f"eventbus bench on {result['backend']}: n={result['n']}, "
+        f"concurrency={result['concurrency']}, batch={result['batch_size']}",
+        fontsize=9,
+        loc="left",
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    pyplot.close(fig)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -144,7 +145,9 @@ async def _count_matching(bus: Bus, flt: DeadLetterFilter, batch_size: int) -> i
 
 
 def _progress(total: int) -> None:
-    click.echo(f"\r{total} deliveries", nl=False, err=True)
+    """A running count on a terminal; scripts (stderr not a terminal) see nothing."""
+    if sys.stderr.isatty():
+        click.echo(f"\r{total} deliveries", nl=False, err=True)
 
 
 def _bulk(action: str) -> Callable[..., None]:
@@ -176,7 +179,8 @@ def _bulk(action: str) -> Callable[..., None]:
                     return await _count_matching(bus, flt, batch_size)
                 apply = bus.replay if action == "replay" else bus.purge
                 count = await apply(flt, batch_size, _progress)
-                click.echo("", err=True)
+                if sys.stderr.isatty():
+                    click.echo("", err=True)
                 return count
 
         count = run(go)

@@ -78,3 +78,11 @@ def test_read_only_commands_do_not_create_a_sqlite_file(tmp_path: Path) -> None:
         assert result.returncode != 0
         assert result.stderr.strip().count("\n") == 0 and f"no eventbus database at {path}" in result.stderr
     assert not path.exists()
+
+
+def test_bench_writes_a_png_chart(tmp_path: Path) -> None:
+    target = Target("sqlite", f"sqlite:///{tmp_path / 'unused.db'}", None)
+    chart = tmp_path / "bench.png"
+    out = eventbus(target, "bench", "--n", "300", "--chart", str(chart)).stdout
+    assert "drained" in out
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
