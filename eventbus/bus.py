@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +33,11 @@ from .types import (
     ChainEvent,
     DeadLetterFilter,
     DeliveryDetail,
+    DeliveryFilter,
     DeliveryId,
+    DeliveryRow,
+    EventSummary,
+    EventView,
     OccurrenceInfo,
     PublishResult,
     ScheduleInfo,
@@ -47,6 +52,8 @@ __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 DEFAULT_DSN = "sqlite:///eventbus.db"
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_DELAY_SECONDS = 100 * 365 * 86400.0  # beyond this a delay is a mistake, not a schedule
+MAX_INSPECT_ROWS = 1000
+_PAYLOAD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 
 class Envelope(msgspec.Struct, frozen=True):
@@ -386,6 +393,26 @@ class Bus(WorkflowBus):
         """One delivery with its payload, headers and every failed attempt."""
         return await self.backend.show(delivery_id)
 
+    async def find_deliveries(
+        self, flt: DeliveryFilter | None = None, *, limit: int = 50, before_id: int | None = None
+    ) -> list[DeliveryRow]:
+        """Deliveries matching ``flt``, newest first; ``before_id``: the last id of the previous page."""
+        return await self.backend.find_deliveries(_checked_filter(flt), _checked_limit(limit), before_id)
+
+    async def count_deliveries(self, flt: DeliveryFilter | None = None, *, cap: int = 10_000) -> int:
+        """How many deliveries match ``flt``; a result above ``cap`` means "more than cap"."""
+        if cap < 1:
+            raise ConfigurationError(f"cap must be at least 1, got {cap}")
+        return await self.backend.count_deliveries(_checked_filter(flt), cap)
+
+    async def event(self, event_id: int) -> EventView:
+        """One event with its payload, headers and every delivery with its attempt history."""
+        return await self.backend.event_view(event_id)
+
+    async def event_chain(self, event_id: int, *, limit: int = 200) -> list[EventSummary]:
+        """The events of ``event_id``'s chain in id order; ``causation_id`` makes the tree."""
+        return await self.backend.event_chain(event_id, _checked_limit(limit))
+
     async def dead_id_batches(
         self, flt: DeadLetterFilter, batch_size: int = 1000
     ) -> AsyncIterator[list[DeliveryId]]:
@@ -521,3 +548,20 @@ def chain_tree(flat: Sequence[ChainEvent]) -> ChainEvent:
             parent = e.causation_id if e.causation_id in known else root.id
             children.setdefault(parent, []).append(node)
     return built[root.id]
+
+
+def _checked_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_INSPECT_ROWS:
+        raise ConfigurationError(f"limit must be between 1 and {MAX_INSPECT_ROWS}, got {limit}")
+    return limit
+
+
+def _checked_filter(flt: DeliveryFilter | None) -> DeliveryFilter:
+    flt = flt or DeliveryFilter()
+    if flt.payload_path is not None and not _PAYLOAD_PATH.match(flt.payload_path):
+        raise ConfigurationError(
+            f"payload path {flt.payload_path!r}: use field names joined by dots, like customer.id"
+        )
+    if (flt.payload_path is None) != (flt.payload_value is None):
+        raise ConfigurationError("a payload filter needs both a path and a value")
+    return flt

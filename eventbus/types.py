@@ -18,12 +18,16 @@ __all__ = [
     "ChainEvent",
     "DeadLetterFilter",
     "DeliveryDetail",
+    "DeliveryFilter",
     "DeliveryId",
+    "DeliveryRow",
     "DeliveryStatus",
     "DstFold",
     "DstGap",
     "EventId",
+    "EventSummary",
     "EventTypeRow",
+    "EventView",
     "HorizonHolder",
     "MissedPolicy",
     "OccurrenceInfo",
@@ -122,6 +126,69 @@ class DeadLetterFilter(msgspec.Struct, frozen=True):
     subscription: str | None = None
     event_type: str | None = None
     since: datetime | None = None
+
+
+class DeliveryFilter(msgspec.Struct, frozen=True):
+    """Which deliveries an inspection lists or counts; every field given must match.
+
+    ``since``/``until`` bound the delivery's last change (``updated_at``).
+    ``payload_path`` is a dotted path into the JSON payload (``customer.id``)
+    whose value, as text, must equal ``payload_value``.
+    """
+
+    subscription: str | None = None
+    status: DeliveryStatus | None = None
+    event_type: str | None = None
+    event_id: int | None = None
+    key: str | None = None
+    correlation_id: int | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    payload_path: str | None = None
+    payload_value: str | None = None
+
+
+class DeliveryRow(msgspec.Struct, frozen=True):
+    """A delivery in a list: what a row of a table shows, without payload or history."""
+
+    id: DeliveryId
+    event_id: EventId
+    subscription: str
+    event_type: str
+    status: DeliveryStatus
+    attempts: int
+    key: str | None
+    correlation_id: int | None
+    last_error: str | None
+    replays: int
+    run_at: datetime
+    updated_at: datetime
+    created_at: datetime
+
+
+class EventSummary(msgspec.Struct, frozen=True):
+    """An event of the log without its payload: a node of a causation tree."""
+
+    id: EventId
+    event_type: str
+    key: str | None
+    correlation_id: int | None
+    causation_id: int | None
+    created_at: datetime
+
+
+class EventView(msgspec.Struct, frozen=True):
+    """One event with its payload and headers and every delivery it fanned out to, with history."""
+
+    id: EventId
+    event_type: str
+    key: str | None
+    payload: bytes
+    headers: dict[str, str]
+    correlation_id: int | None
+    causation_id: int | None
+    created_at: datetime
+    deliveries: Sequence[DeliveryDetail] = ()
 
 
 class StatusRow(msgspec.Struct, frozen=True):

@@ -30,8 +30,12 @@ from ..types import (
     ChainEvent,
     DeadLetterFilter,
     DeliveryDetail,
+    DeliveryFilter,
     DeliveryId,
+    DeliveryRow,
     EventId,
+    EventSummary,
+    EventView,
     OccurrenceInfo,
     OccurrenceStatus,
     PublishResult,
@@ -450,6 +454,39 @@ class Inspector(Protocol):
         Reads partial indexes and bounded windows only, so it stays fast at
         millions of rows; counts that are bounded say so in their ``*_capped``
         flag. Tables and the xmin horizon are PostgreSQL's (empty on SQLite).
+        """
+        ...
+
+    async def find_deliveries(
+        self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
+    ) -> list[DeliveryRow]:
+        """Deliveries matching ``flt``, newest (highest id) first, below ``before_id`` when given.
+
+        The cursor is the last id of the previous page, so paging stays one
+        index range scan however deep it goes.
+        """
+        ...
+
+    async def count_deliveries(self, flt: DeliveryFilter, cap: int) -> int:
+        """How many deliveries match ``flt``, counting no further than ``cap + 1``.
+
+        A result above ``cap`` means "more than cap": the count stops there so
+        that it stays fast on millions of rows.
+        """
+        ...
+
+    async def event_view(self, event_id: int) -> EventView:
+        """One event with its payload, headers and every delivery with its history.
+
+        :class:`NotFound` if there is no such event.
+        """
+        ...
+
+    async def event_chain(self, event_id: int, limit: int = 200) -> list[EventSummary]:
+        """The events of ``event_id``'s chain (its root and every event with that root), in id order.
+
+        ``causation_id`` links each to its parent, which makes the causation
+        tree; at most ``limit`` events. :class:`NotFound` if there is no such event.
         """
         ...
 

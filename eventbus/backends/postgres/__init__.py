@@ -49,6 +49,7 @@ from ..base import (
     decode_headers,
     warn_not_active,
 )
+from ._inspect import PostgresInspection
 from ._listener import PostgresListener
 from ._observe import PostgresObserve
 from ._schedules import PostgresSchedules
@@ -172,7 +173,7 @@ def _detail(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> Deliv
     )
 
 
-class PostgresBackend(PostgresObserve, PostgresSchedules, PostgresWorkflows):
+class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, PostgresWorkflows):
     """Stores the bus in one PostgreSQL schema."""
 
     kind: Literal["postgres"] = "postgres"

@@ -1116,3 +1116,84 @@ SELECT (SELECT max(id) FROM batch) AS last_id,
 -- name: prune_record
 INSERT INTO {schema}.maintenance (name, ran_at, report) VALUES ('prune', now(), $1::jsonb)
 ON CONFLICT (name) DO UPDATE SET ran_at = now(), report = EXCLUDED.report;
+
+-- name: inspect_timeout
+-- Dashboard reads run in a read-only transaction with their own statement
+-- timeout, so a heavy filter can never hold a connection for long.
+SET LOCAL statement_timeout = '5s';
+
+-- name: find_deliveries
+-- The dashboard's delivery list: every filter optional, newest first below a
+-- cursor id (one descending walk of the primary key, however deep the page).
+-- The payload filter decodes JSON only for rows the cheaper filters kept.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE ($1::text IS NULL OR s.name = $1)
+  AND ($2::text IS NULL OR d.status = $2)
+  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($4::bigint IS NULL OR d.event_id = $4)
+  AND ($5::text IS NULL OR e.key = $5)
+  AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
+  AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
+  AND ($8::timestamptz IS NULL OR d.updated_at < $8)
+  AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
+  AND ($11::bigint IS NULL OR d.id < $11)
+ORDER BY d.id DESC
+LIMIT $12;
+
+-- name: count_deliveries
+-- As find_deliveries, counted no further than $11 rows: a capped count stays
+-- fast at millions of rows and the page shows "N+".
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE ($1::text IS NULL OR s.name = $1)
+      AND ($2::text IS NULL OR d.status = $2)
+      AND ($3::text IS NULL OR e.event_type = $3)
+      AND ($4::bigint IS NULL OR d.event_id = $4)
+      AND ($5::text IS NULL OR e.key = $5)
+      AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
+      AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
+      AND ($8::timestamptz IS NULL OR d.updated_at < $8)
+      AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
+    LIMIT $11
+) capped;
+
+-- name: event_row
+SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at
+FROM {schema}.events WHERE id = $1;
+
+-- name: event_deliveries
+-- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.event_id = $1
+ORDER BY s.name;
+
+-- name: event_history
+-- The failed attempts of every delivery of one event, oldest first.
+SELECT a.delivery_id, a.attempt, a.error_type, a.message, a.traceback,
+       coalesce(a.duration_seconds, 0) AS duration_seconds, a.worker_id::text, a.failed_at
+FROM {schema}.delivery_attempts a
+JOIN {schema}.deliveries d ON d.id = a.delivery_id
+WHERE d.event_id = $1
+ORDER BY a.id;
+
+-- name: event_chain
+-- The root of the event's chain and every event carrying that root as its
+-- correlation id; causation_id links each to its parent.
+WITH root AS (SELECT coalesce(correlation_id, id) AS id FROM {schema}.events WHERE id = $1)
+SELECT e.id, e.event_type, e.key, e.correlation_id, e.causation_id, e.created_at
+FROM {schema}.events e, root
+WHERE e.id = root.id OR e.correlation_id = root.id
+ORDER BY e.id
+LIMIT $2;

@@ -52,6 +52,7 @@ from .._wakeup import SWEEP, Waker
 from ..base import ClaimedDelivery, Completion, Failure, LeaseKey, OutgoingEvent, SubscriptionSpec
 from . import _link as sqlconn
 from . import _units as sync
+from ._inspect import SQLiteInspection
 from ._observe import SQLiteObserve
 from ._schedules import SQLiteSchedules
 from ._workflows import SQLiteWorkflows
@@ -82,7 +83,7 @@ def _agree(name: str, argument: T | None, from_dsn: T | None, default: T) -> T:
     return from_dsn if from_dsn is not None else default
 
 
-class SQLiteBackend(SQLiteObserve, SQLiteSchedules, SQLiteWorkflows):
+class SQLiteBackend(SQLiteObserve, SQLiteInspection, SQLiteSchedules, SQLiteWorkflows):
     """Stores the bus in one SQLite file, shared by any number of local processes.
 
     :param dsn: ``sqlite:///relative/path.db`` or ``sqlite:////absolute/path.db``,

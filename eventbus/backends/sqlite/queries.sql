@@ -823,3 +823,83 @@ DELETE FROM events WHERE id IN (SELECT value FROM json_each(:ids));
 -- name: prune_record
 INSERT INTO maintenance (name, ran_at, report) VALUES ('prune', :now, :report)
 ON CONFLICT (name) DO UPDATE SET ran_at = excluded.ran_at, report = excluded.report;
+
+-- name: find_deliveries
+-- The dashboard's delivery list: every filter optional, newest first below a
+-- cursor id (one descending walk of the primary key, however deep the page).
+-- The payload filter parses JSON only for rows the cheaper filters kept.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE (:subscription IS NULL OR s.name = :subscription)
+  AND (:status IS NULL OR d.status = :status)
+  AND (:event_type IS NULL OR e.event_type = :event_type)
+  AND (:event_id IS NULL OR d.event_id = :event_id)
+  AND (:key IS NULL OR e.key = :key)
+  AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
+  AND (:since IS NULL OR d.updated_at >= :since)
+  AND (:until IS NULL OR d.updated_at < :until)
+  AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
+        WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
+        ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+  AND (:before_id IS NULL OR d.id < :before_id)
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries
+-- As find_deliveries, counted no further than :cap rows: a capped count stays
+-- fast at millions of rows and the page shows "N+".
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE (:subscription IS NULL OR s.name = :subscription)
+      AND (:status IS NULL OR d.status = :status)
+      AND (:event_type IS NULL OR e.event_type = :event_type)
+      AND (:event_id IS NULL OR d.event_id = :event_id)
+      AND (:key IS NULL OR e.key = :key)
+      AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
+      AND (:since IS NULL OR d.updated_at >= :since)
+      AND (:until IS NULL OR d.updated_at < :until)
+      AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
+            WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
+            ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+    LIMIT :cap
+);
+
+-- name: event_row
+SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at
+FROM events WHERE id = :id;
+
+-- name: event_deliveries
+-- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.event_id = :id
+ORDER BY s.name;
+
+-- name: event_history
+-- The failed attempts of every delivery of one event, oldest first.
+SELECT a.delivery_id, a.attempt, a.error_type, a.message, a.traceback,
+       coalesce(a.duration_seconds, 0.0), a.worker_id, a.failed_at
+FROM delivery_attempts a
+JOIN deliveries d ON d.id = a.delivery_id
+WHERE d.event_id = :id
+ORDER BY a.id;
+
+-- name: event_chain
+-- The root of the event's chain and every event carrying that root as its
+-- correlation id; causation_id links each to its parent.
+WITH root AS (SELECT coalesce(correlation_id, id) AS id FROM events WHERE id = :id)
+SELECT e.id, e.event_type, e.key, e.correlation_id, e.causation_id, e.created_at
+FROM events e, root
+WHERE e.id = root.id OR e.correlation_id = root.id
+ORDER BY e.id
+LIMIT :limit;
