@@ -1,5 +1,5 @@
-"""Command line: ``eventbus migrate | worker | publish | cancel | status | subscriptions | dlq | bench``
-and ``eventbus schedule``.
+"""Command line: ``eventbus migrate | worker | publish | cancel | status | subscriptions | dlq | bench``,
+``eventbus schedule``, ``eventbus workflow`` and ``eventbus dashboard``.
 
 The database comes from ``--dsn`` or ``$EVENTBUS_DSN`` and defaults to the
 embedded SQLite file. User mistakes print one line and exit non-zero.
@@ -21,6 +21,7 @@ from ..types import StatusReport
 from ..worker import Worker
 from ._common import Obj, enc_hook, load_app, run
 from .bench import bench
+from .dashboard import dashboard
 from .dlq import dlq
 from .observe import metrics_options, print_status, prune, start_metrics, trace
 from .schedule import schedule
@@ -224,6 +225,7 @@ cli.add_command(schedule)
 cli.add_command(workflow)
 cli.add_command(trace)
 cli.add_command(prune)
+cli.add_command(dashboard)
 
 
 def main() -> None:

@@ -1,0 +1,93 @@
+"""Filters from a query string or a form, checked into the bus's filter types."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from ..errors import ConfigurationError
+from ..types import DeadLetterFilter, DeliveryFilter, DeliveryStatus
+
+__all__ = [
+    "STATUSES",
+    "as_deliveries",
+    "dead_filter",
+    "delivery_filter",
+    "int_field",
+    "query_of",
+    "text_field",
+]
+
+STATUSES = ("pending", "processing", "completed", "dead", "cancelled")
+DELIVERY_FIELDS = (
+    "subscription", "status", "event_type", "event_id", "key", "correlation_id",
+    "since", "until", "payload_path", "payload_value",
+)  # fmt: skip
+DEAD_FIELDS = ("subscription", "event_type", "since")
+
+
+def text_field(values: Mapping[str, Any], name: str) -> str | None:
+    value = values.get(name)
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def int_field(values: Mapping[str, Any], name: str) -> int | None:
+    text = text_field(values, name)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a whole number, got {text!r}") from None
+
+
+def _time(values: Mapping[str, Any], name: str) -> datetime | None:
+    """An ISO time; without a zone it is UTC (what the pages show)."""
+    text = text_field(values, name)
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigurationError(f"{name} must be a time like 2026-01-31T12:00, got {text!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def delivery_filter(values: Mapping[str, Any]) -> DeliveryFilter:
+    status = text_field(values, "status")
+    if status is not None and status not in STATUSES:
+        raise ConfigurationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    return DeliveryFilter(
+        subscription=text_field(values, "subscription"),
+        status=cast(DeliveryStatus | None, status),
+        event_type=text_field(values, "event_type"),
+        event_id=int_field(values, "event_id"),
+        key=text_field(values, "key"),
+        correlation_id=int_field(values, "correlation_id"),
+        since=_time(values, "since"),
+        until=_time(values, "until"),
+        payload_path=text_field(values, "payload_path"),
+        payload_value=text_field(values, "payload_value"),
+    )
+
+
+def dead_filter(values: Mapping[str, Any]) -> DeadLetterFilter:
+    """The dead-letter filter: the fields bulk replay and purge walk by."""
+    return DeadLetterFilter(
+        subscription=text_field(values, "subscription"),
+        event_type=text_field(values, "event_type"),
+        since=_time(values, "since"),
+    )
+
+
+def as_deliveries(flt: DeadLetterFilter) -> DeliveryFilter:
+    """The same dead deliveries as a delivery filter, to list and count them."""
+    return DeliveryFilter(
+        status="dead", subscription=flt.subscription, event_type=flt.event_type, since=flt.since
+    )
+
+
+def query_of(values: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, str]:
+    """The filter fields that are set, to carry into links and hidden form fields."""
+    return {f: v for f in fields if (v := text_field(values, f)) is not None}

@@ -1,0 +1,165 @@
+"""The read-only pages."""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import NotFound
+from ..types import EventSummary, StatusReport
+from ..workflows import diagram
+from . import _filters as f
+from ._render import Pages, capped, pretty_json
+
+__all__ = ["routes"]
+
+
+def routes(p: Pages) -> list[Route]:
+    async def overview(request: Request) -> Response:
+        return p.render(request, "overview.html", **overview_values(await p.bus.status()))
+
+    async def deliveries(request: Request) -> Response:
+        q = request.query_params
+        flt = f.delivery_filter(q)
+        before = f.int_field(q, "before")
+        rows = await p.bus.find_deliveries(flt, limit=p.page_size, before_id=before)
+        count = await p.bus.count_deliveries(flt, cap=p.count_cap)
+        query = f.query_of(q, f.DELIVERY_FIELDS)
+        more = urllib.parse.urlencode({**query, "before": rows[-1].id}) if len(rows) == p.page_size else None
+        return p.render(
+            request, "deliveries.html", rows=rows, count=capped(count, p.count_cap), query=query,
+            more=more, statuses=f.STATUSES, subscriptions=await _names(p),
+        )  # fmt: skip
+
+    async def event(request: Request) -> Response:
+        event_id = _path_int(request, "event_id")
+        view = await p.bus.event(event_id)
+        chain = await p.bus.event_chain(event_id)
+        headers = dict(view.headers)
+        return p.render(
+            request, "event.html", event=view, payload=pretty_json(view.payload), headers=headers,
+            tree=chain_tree(chain), trace=_trace_link(p.trace_url, headers),
+        )  # fmt: skip
+
+    async def dead(request: Request) -> Response:
+        q = request.query_params
+        dflt = f.dead_filter(q)
+        flt = f.as_deliveries(dflt)
+        before = f.int_field(q, "before")
+        rows = await p.bus.find_deliveries(flt, limit=p.page_size, before_id=before)
+        count = await p.bus.count_deliveries(flt, cap=p.count_cap)
+        query = f.query_of(q, f.DEAD_FIELDS)
+        more = urllib.parse.urlencode({**query, "before": rows[-1].id}) if len(rows) == p.page_size else None
+        return p.render(
+            request, "dead.html", rows=rows, count=capped(count, p.count_cap), query=query, more=more,
+            subscriptions=await _names(p),
+        )  # fmt: skip
+
+    return [
+        Route("/", overview),
+        Route("/deliveries", deliveries),
+        Route("/events/{event_id}", event),
+        Route("/dead", dead),
+        *machine_routes(p),
+        *schedule_routes(p),
+    ]
+
+
+def machine_routes(p: Pages) -> list[Route]:
+    async def machines(request: Request) -> Response:
+        rows = []
+        for name in sorted(p.bus.machines):
+            counts = await p.bus.workflow_counts(name)
+            rows.append((name, Counter({s: n for (_, s), n in counts.items()}), sum(counts.values())))
+        return p.render(request, "machines.html", machines=rows)
+
+    async def machine(request: Request) -> Response:
+        m = p.bus.machine(request.path_params["name"])
+        q = request.query_params
+        status, state = f.text_field(q, "status"), f.text_field(q, "state")
+        counts = await p.bus.workflow_counts(m)
+        found = await p.bus.instances(m, status=status, state=state, limit=p.page_size)
+        return p.render(
+            request, "machine.html", machine=m, counts=sorted(counts.items()), instances=found,
+            diagram=diagram(m, counts=counts), status=status, state=state,
+        )  # fmt: skip
+
+    async def instance(request: Request) -> Response:
+        m = p.bus.machine(request.path_params["name"])
+        key = request.path_params["key"]
+        inst = await p.bus.instance(m, key)
+        return p.render(
+            request, "instance.html", machine=m, inst=inst,
+            checkpoint=pretty_json(msgspec.json.encode(inst.checkpoint)),
+            history=await p.bus.history(m, key), approvals=await p.bus.approvals(m, key),
+            signals=await p.bus.signals(m, key), states=sorted([*m.states, *m.terminals]),
+        )  # fmt: skip
+
+    return [
+        Route("/machines", machines),
+        Route("/machines/{name}", machine),
+        Route("/machines/{name}/instances/{key:path}", instance),
+    ]
+
+
+def schedule_routes(p: Pages) -> list[Route]:
+    async def schedules(request: Request) -> Response:
+        return p.render(request, "schedules.html", schedules=await p.bus.list_schedules())
+
+    async def schedule(request: Request) -> Response:
+        name = request.path_params["name"]
+        info = await p.bus.schedule_info(name)
+        return p.render(request, "schedule.html", s=info, occurrences=await p.bus.occurrences(name, 20))
+
+    return [Route("/schedules", schedules), Route("/schedules/{name:path}", schedule)]
+
+
+def overview_values(report: StatusReport) -> dict[str, Any]:
+    done: Counter[tuple[str, str]] = Counter()
+    for row in report.rows:
+        done[(row.subscription, row.status)] += row.count
+    return {"report": report, "done": done}
+
+
+def chain_tree(chain: Sequence[EventSummary]) -> list[tuple[int, EventSummary]]:
+    """The chain in depth-first order with each event's depth below the root, for an indented list."""
+    children: dict[int | None, list[EventSummary]] = {}
+    ids = {e.id for e in chain}
+    for e in chain:
+        parent = e.causation_id if e.causation_id in ids else None
+        children.setdefault(parent, []).append(e)
+    out: list[tuple[int, EventSummary]] = []
+    stack = [(0, e) for e in reversed(children.get(None, []))]
+    while stack:
+        depth, e = stack.pop()
+        out.append((depth, e))
+        stack.extend((depth + 1, c) for c in reversed(children.get(e.id, [])))
+    return out
+
+
+def _trace_link(template: str | None, headers: dict[str, str]) -> tuple[str, str | None] | None:
+    """The trace id from ``trace_id`` or a W3C ``traceparent`` header, with its link when configured."""
+    trace = headers.get("trace_id")
+    if trace is None and headers.get("traceparent", "").count("-") == 3:
+        trace = headers["traceparent"].split("-")[1]
+    if trace is None:
+        return None
+    return trace, template.replace("{trace_id}", urllib.parse.quote(trace)) if template else None
+
+
+def _path_int(request: Request, name: str) -> int:
+    try:
+        return int(request.path_params[name])
+    except ValueError:
+        raise NotFound(f"no such {name.replace('_', ' ')}: {request.path_params[name]!r}") from None
+
+
+async def _names(p: Pages) -> list[str]:
+    return [s.name for s in await p.bus.list_subscriptions()]
