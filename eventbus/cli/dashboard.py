@@ -59,4 +59,5 @@ def dashboard(
     mode = "actions need the token" if token else "read-only (no token)"
     click.echo(f"eventbus dashboard ({bus.backend.kind}) on http://{host}:{port}, {mode}", err=True)
     asgi = create_app(bus, token, trace_url=trace_url, close_bus=True)
-    uvicorn.run(asgi, host=host, port=port, log_level="warning")
+    # Open event streams would hold a graceful shutdown for minutes: give them a second.
+    uvicorn.run(asgi, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)

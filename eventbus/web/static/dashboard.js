@@ -30,7 +30,9 @@
     var source = new EventSource(base + "/live");
     var dot = document.getElementById("live-dot");
     source.addEventListener("refresh", refresh);
-    source.onopen = function () { if (dot) dot.className = "live on"; };
+    // A change between this page's render and the stream's first look would
+    // otherwise be missed: catch up once each time the stream (re)connects.
+    source.onopen = function () { if (dot) dot.className = "live on"; refresh(); };
     source.onerror = function () { if (dot) dot.className = "live off"; };
   }
 
