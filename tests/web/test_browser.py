@@ -6,6 +6,7 @@ database and saves a screenshot of what it looked at under tests/_output/.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import sys
@@ -53,14 +54,22 @@ async def _serve(group: ProcessGroup, env: dict[str, str], token: str | None) ->
                 await anyio.sleep(0.1)
 
 
-@pytest.fixture
-async def browser(serve) -> AsyncIterator[Browser]:  # type: ignore[no-untyped-def]
-    """Closed before the dashboard stops, so its open event streams end first."""
+@contextlib.asynccontextmanager
+async def _chromium() -> AsyncIterator[Browser]:
     assert Path(CHROMIUM).exists(), "install chromium: apt-get install -y chromium"
     async with async_playwright() as pw:
         b = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            await b.close()
+
+
+@pytest.fixture
+async def browser(serve) -> AsyncIterator[Browser]:  # type: ignore[no-untyped-def]
+    """Closed before the dashboard stops, so its open event streams end first."""
+    async with _chromium() as b:
         yield b
-        await b.close()
 
 
 @pytest.fixture
@@ -166,3 +175,51 @@ async def test_read_only_in_the_browser(browser: Browser, serve, seeded: Bus) ->
     )
     assert status == 403
     assert await seeded.count_deliveries(DeliveryFilter(status="dead")) == 3
+
+
+async def test_example_application_screenshots(tmp_path: Path) -> None:
+    """The README's pictures: the example application's order flow (SQLite), with declined cards."""
+    from schemas import OrderPlaced as ExampleOrder
+    from tests.apps.web_example import build
+
+    from ..helpers import drain
+
+    dsn = f"sqlite:///{tmp_path / 'example.db'}"
+    bus = build(dsn)
+    await bus.migrate()
+    amounts = [1_250, 4_999, 72_000, 18_500, 3_300, 99_900, 640, 27_000]
+    await bus.publish_many(
+        ExampleOrder(order_id=f"ord-{1000 + i}", customer=f"cust-{i % 3}", amount_cents=a)
+        for i, a in enumerate(amounts)
+    )
+    await drain(bus)
+    group = ProcessGroup(tmp_path)
+    try:
+        port = _free_port()
+        cmd = [EVENTBUS, "dashboard", "tests.apps.web_example:bus", "--port", str(port)]
+        group.spawn(cmd, {"EVENTBUS_DSN": dsn}, "dashboard")
+        base = f"http://127.0.0.1:{port}"
+        async with _chromium() as browser:
+            await _example_pages(browser, bus, base)
+    finally:
+        await bus.aclose()
+        await group.aclose()
+
+
+async def _example_pages(browser: Browser, bus: Bus, base: str) -> None:
+    page = await browser.new_page(viewport={"width": 1280, "height": 720})
+    with anyio.fail_after(15):
+        while True:
+            try:
+                await page.goto(base + "/")
+                break
+            except Exception:
+                await anyio.sleep(0.1)
+    await expect(page.locator("main")).to_contain_text("payments.capture")
+    await _shot(page, "example", "overview")
+    (shipped, *_) = await bus.find_deliveries(DeliveryFilter(subscription="shipping.notify-customer"))
+    await page.goto(f"{base}/events/{shipped.event_id}")
+    await expect(page.locator("#chain li")).to_have_count(4)
+    await _shot(page, "example", "event")
+    await page.goto(base + "/dead")
+    await expect(page.locator("#count")).to_have_text("2")
