@@ -6,7 +6,7 @@ import hmac
 import logging
 import urllib.parse
 
-from starlette.datastructures import FormData
+from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 
 __all__ = ["COOKIE", "Guard", "log", "read_form"]
@@ -64,7 +64,9 @@ async def read_form(request: Request) -> FormData:
         body += chunk
         if len(body) > MAX_FORM_BYTES:
             raise Refused(413, "form too large")
-    return FormData(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    pairs: list[tuple[str, str | UploadFile]] = []
+    pairs.extend(urllib.parse.parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+    return FormData(pairs)
 
 
 def same_origin(request: Request) -> bool:

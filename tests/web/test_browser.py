@@ -66,14 +66,14 @@ async def _chromium() -> AsyncIterator[Browser]:
 
 
 @pytest.fixture
-async def browser(serve) -> AsyncIterator[Browser]:  # type: ignore[no-untyped-def]
+async def browser(serve) -> AsyncIterator[Browser]:
     """Closed before the dashboard stops, so its open event streams end first."""
     async with _chromium() as b:
         yield b
 
 
 @pytest.fixture
-async def serve(target, seeded: Bus, tmp_path: Path) -> AsyncIterator:  # type: ignore[no-untyped-def]
+async def serve(target, seeded: Bus, tmp_path: Path) -> AsyncIterator:
     group = ProcessGroup(tmp_path)
 
     async def start(token: str | None) -> str:
@@ -88,7 +88,7 @@ async def _shot(page: Page, name: str, kind: str) -> None:
     await page.screenshot(path=str(OUTPUT / f"{name}-{kind}.png"), full_page=True)
 
 
-async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:  # type: ignore[no-untyped-def]
+async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(None)
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     errors: list[str] = []
@@ -114,7 +114,7 @@ async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_ki
     await expect(page.locator("#live-dot")).to_have_class(re.compile("on"))
 
 
-async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, seeded: Bus) -> None:  # type: ignore[no-untyped-def]
+async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, seeded: Bus) -> None:
     base = await serve(None)
     page = await browser.new_page()
     await page.goto(base + "/deliveries?subscription=charge&status=dead")
@@ -126,7 +126,7 @@ async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, se
     assert await page.evaluate("window.__kept === true")
 
 
-async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:  # type: ignore[no-untyped-def]
+async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(TOKEN)
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     await page.goto(base + "/dead?subscription=charge")
@@ -145,7 +145,7 @@ async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backe
     assert await seeded.count_deliveries(DeliveryFilter(subscription="notify", status="completed")) == 6
 
 
-async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> None:  # type: ignore[no-untyped-def]
+async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> None:
     base = await serve(TOKEN)
     page = await browser.new_page()
     await page.goto(base + "/machines/pay/instances/c-1")
@@ -159,7 +159,7 @@ async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> 
     assert row.status == "approved" and row.reason == "ok by me" and row.decided_by == "dashboard@127.0.0.1"
 
 
-async def test_read_only_in_the_browser(browser: Browser, serve, seeded: Bus) -> None:  # type: ignore[no-untyped-def]
+async def test_read_only_in_the_browser(browser: Browser, serve, seeded: Bus) -> None:
     base = await serve(None)
     page = await browser.new_page()
     await page.goto(base + "/dead")
