@@ -13,6 +13,7 @@ from eventbus import Bus, DeliveryFilter, Worker
 from eventbus.web import create_app
 
 from ..helpers import OrderPlaced
+from ..workflows._support import finish
 from ._data import drain_orders, pay, state
 from .conftest import ORIGIN, TOKEN
 
@@ -148,6 +149,8 @@ async def test_approval_through_the_dashboard(rw: httpx.AsyncClient, seeded: Bus
     assert row.status == "approved" and row.decided_by == "dashboard@127.0.0.1" and row.reason == "looks fine"
     again = await _post(rw, f"/approvals/{row.id}/approve", {"token": TOKEN})
     assert again.status_code == 400 and "GuardMismatch" in again.text  # a decision is made once
+    await finish(seeded, pay, ["c-1"])
+    assert (await seeded.instance(pay, "c-1")).state == "DONE"
 
 
 async def test_repoint_and_schedule_and_subscription_actions(rw: httpx.AsyncClient, seeded: Bus) -> None:
