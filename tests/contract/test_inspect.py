@@ -6,7 +6,7 @@ import pytest
 
 from eventbus import ConfigurationError, Context, DeliveryFilter, NotFound, RetryPolicy
 
-from ..helpers import OrderPlaced, PaymentRequested, Shipped, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 
 
 async def _chain(bus, n: int = 4) -> None:

@@ -9,7 +9,7 @@ import msgspec
 from eventbus import Bus, Context, Event, RetryPolicy
 from eventbus.workflows import Approval, Machine, StepContext
 
-from ..helpers import OrderPlaced, PaymentRequested, Shipped, drain
+from ..support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 from ..workflows._support import run_until, status_is
 
 __all__ = ["Charge", "Tick", "drain_orders", "pay", "seed", "state"]

@@ -20,7 +20,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 
 from eventbus import Bus, DeliveryFilter
 
-from ..processes import ProcessGroup
+from ..support.processes import ProcessGroup
 from ._data import drain_orders, pay, state
 from .conftest import TOKEN
 
@@ -182,7 +182,7 @@ async def test_example_application_screenshots(tmp_path: Path) -> None:
     from schemas import OrderPlaced as ExampleOrder
     from tests.apps.web_example import build
 
-    from ..helpers import drain
+    from ..support.helpers import drain
 
     dsn = f"sqlite:///{tmp_path / 'example.db'}"
     bus = build(dsn)

@@ -12,7 +12,7 @@ import pytest
 from eventbus import Bus, DeliveryFilter, Worker
 from eventbus.web import create_app
 
-from ..helpers import OrderPlaced
+from ..support.helpers import OrderPlaced
 from ..workflows._support import finish
 from ._data import drain_orders, pay, state
 from .conftest import ORIGIN, TOKEN
