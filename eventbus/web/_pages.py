@@ -125,7 +125,8 @@ def overview_values(report: StatusReport) -> dict[str, Any]:
     done: Counter[tuple[str, str]] = Counter()
     for row in report.rows:
         done[(row.subscription, row.status)] += row.count
-    return {"report": report, "done": done}
+    queues = {q.name: q for q in report.queues}
+    return {"report": report, "done": done, "queues": queues}
 
 
 def chain_tree(chain: Sequence[EventSummary]) -> list[tuple[int, EventSummary]]:

@@ -56,8 +56,17 @@ async def test_overview_shows_backlog_and_dead(ro: httpx.AsyncClient) -> None:
     )
     assert row is not None
     cells = re.findall(r'<td class="num">(.*?)</td>', row.group(0), re.S)
-    assert cells[2:4] == ["0", "3"]  # in flight 0, completed 3
-    assert ">3</a>" in cells[4]  # dead, linked to the dead letters
+    assert cells[2:6] == ["0", "0", "3", "3"]  # in flight, stuck, done in the last hour, completed
+    assert ">3</a>" in cells[6]  # dead, linked to the dead letters
+
+
+async def test_overview_shows_the_storage_strip_where_it_exists(ro: httpx.AsyncClient, seeded: Bus) -> None:
+    r = await ro.get("/")
+    if seeded.backend.kind == "postgres":
+        assert "<h2>Storage</h2>" in r.text and "xmin horizon" in r.text
+        assert re.search(r"<td>deliveries</td>", r.text)
+    else:  # SQLite has no table statistics, and nothing was pruned yet
+        assert "<h2>Storage</h2>" not in r.text
 
 
 async def test_payloads_and_errors_are_escaped(ro: httpx.AsyncClient, seeded: Bus) -> None:
