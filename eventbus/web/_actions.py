@@ -168,6 +168,9 @@ def instance_action(p: Pages) -> Action:
         elif op == "resolve":
             outcome = str(form.get("outcome") or "")
             done = await p.bus.resolve(name, key, outcome=outcome, by=by, reason=reason or None)
+        elif op in ("pause", "resume", "cancel"):
+            operate = {"pause": p.bus.pause, "resume": p.bus.resume, "cancel": p.bus.cancel_instance}[op]
+            done = await operate(name, key, by=by, reason=reason or None)
         else:
             raise ConfigurationError(f"unknown instance action {op!r}")
         _did(request, f"instance {name}/{key} {op} {dict(form.items()) | {'token': '…'}}", done)

@@ -11,6 +11,7 @@ import pytest
 
 from eventbus import Bus, DeliveryFilter, Worker
 from eventbus.web import create_app
+from eventbus.web._guard import COOKIE
 
 from ..support.helpers import OrderPlaced
 from ..workflows._support import finish
@@ -173,6 +174,25 @@ async def test_repoint_and_schedule_and_subscription_actions(rw: httpx.AsyncClie
     assert (await seeded.schedule_info("hourly-report")).requested
     assert (await _post(rw, "/subscriptions/ship/pause", {"token": TOKEN})).status_code == 303
     assert {s.name: s.state for s in await seeded.list_subscriptions()}["ship"] == "paused"
+
+
+async def test_pause_resume_and_cancel_an_instance(rw: httpx.AsyncClient, seeded: Bus) -> None:
+    rw.cookies.set(COOKIE, TOKEN)  # an unlocked browser: the page renders its forms
+    page = await rw.get("/machines/pay/instances/c-1")
+    assert "/instances/c-1/pause" in page.text and "/instances/c-1/resume" not in page.text
+    form = {"token": TOKEN, "reason": "hold on"}
+    assert (await _post(rw, "/machines/pay/instances/c-1/pause", form)).status_code == 303
+    assert (await seeded.instance(pay, "c-1")).status == "paused"
+    page = await rw.get("/machines/pay/instances/c-1")
+    assert "/instances/c-1/resume" in page.text and "/instances/c-1/pause" not in page.text
+    assert (await _post(rw, "/machines/pay/instances/c-1/resume", form)).status_code == 303
+    assert (await seeded.instance(pay, "c-1")).status != "paused"
+    assert (await _post(rw, "/machines/pay/instances/c-1/cancel", form)).status_code == 303
+    inst = await seeded.instance(pay, "c-1")
+    assert inst.status == "cancelled"
+    history = await seeded.history(pay, "c-1")
+    assert [r.reason for r in history[-3:]] == ["hold on"] * 3
+    assert all(r.actor == "operator:dashboard@127.0.0.1" for r in history[-3:])
 
 
 async def test_read_only_refuses_every_action(ro: httpx.AsyncClient, seeded: Bus) -> None:
