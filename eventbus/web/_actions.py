@@ -38,6 +38,7 @@ def routes(p: Pages) -> list[Route]:
     return [
         Route("/unlock", unlock(p), methods=["POST"]),
         Route("/dead/action", guarded(dead_action(p)), methods=["POST"]),
+        Route("/deliveries/cancel", guarded(cancel_action(p)), methods=["POST"]),
         Route("/subscriptions/{name}/{op}", guarded(subscription_action(p)), methods=["POST"]),
         Route("/approvals/{approval_id:int}/{op}", guarded(approval_action(p)), methods=["POST"]),
         Route("/machines/{name}/instances/{key:path}/{op}", guarded(instance_action(p)), methods=["POST"]),
@@ -74,17 +75,36 @@ def unlock(p: Pages) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
-def _selection(form: FormData) -> DeadLetterFilter:
-    """The ids ticked, or the filter itself for ``scope=filter`` (everything matching)."""
-    if form.get("scope") == "filter":
-        return f.dead_filter(form)
+def _ticked(form: FormData, what: str) -> list[int]:
+    """The delivery ids ticked in a form (1 to MAX_SELECTED of them)."""
     try:
         ids = sorted({int(str(i)) for i in form.getlist("ids")})
     except ValueError:
         raise ConfigurationError("ids must be delivery ids") from None
     if not ids or len(ids) > MAX_SELECTED:
-        raise ConfigurationError(f"select between 1 and {MAX_SELECTED} dead letters, or act on the filter")
-    return DeadLetterFilter(ids=ids)
+        raise ConfigurationError(f"select between 1 and {MAX_SELECTED} {what}")
+    return ids
+
+
+def _selection(form: FormData) -> DeadLetterFilter:
+    """The ids ticked, or the filter itself for ``scope=filter`` (everything matching)."""
+    if form.get("scope") == "filter":
+        return f.dead_filter(form)
+    return DeadLetterFilter(ids=_ticked(form, "dead letters, or act on the filter"))
+
+
+def cancel_action(p: Pages) -> Action:
+    """Cancel the ticked deliveries; the guarded statement leaves all but pending ones alone."""
+
+    async def action(request: Request, form: FormData) -> Response:
+        ids = _ticked(form, "pending deliveries")
+        done = await p.bus.cancel(ids)
+        _did(request, f"cancel deliveries {ids}", done)
+        return _back(
+            request, "/deliveries?status=pending", f"cancelled {done} of {len(ids)} (pending ones only)"
+        )
+
+    return action
 
 
 def dead_action(p: Pages) -> Action:

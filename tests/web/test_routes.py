@@ -176,6 +176,21 @@ async def test_repoint_and_schedule_and_subscription_actions(rw: httpx.AsyncClie
     assert {s.name: s.state for s in await seeded.list_subscriptions()}["ship"] == "paused"
 
 
+async def test_cancel_selected_pending_deliveries(rw: httpx.AsyncClient, seeded: Bus) -> None:
+    later = await seeded.publish(OrderPlaced(order_id="later"), delay=3600)
+    (pending,) = await seeded.find_deliveries(DeliveryFilter(event_id=later.event_id))
+    rw.cookies.set(COOKIE, TOKEN)
+    page = await rw.get("/deliveries?status=pending")
+    assert 'action="/deliveries/cancel"' in page.text and f'value="{pending.id}"' in page.text
+    (done,) = await seeded.find_deliveries(DeliveryFilter(status="completed"), limit=1)
+    form = {"token": TOKEN, "ids": [str(pending.id), str(done.id)]}
+    assert (await _post(rw, "/deliveries/cancel", form)).status_code == 303
+    assert [d.status for d in await seeded.find_deliveries(DeliveryFilter(event_id=pending.event_id))] == [
+        "cancelled"
+    ]
+    assert (await seeded.delivery(done.id)).status == "completed"  # only pending ones are cancelled
+
+
 async def test_pause_resume_and_cancel_an_instance(rw: httpx.AsyncClient, seeded: Bus) -> None:
     rw.cookies.set(COOKIE, TOKEN)  # an unlocked browser: the page renders its forms
     page = await rw.get("/machines/pay/instances/c-1")
