@@ -98,6 +98,12 @@ def enable_wal(conn: sqlite3.Connection) -> str:
     return mode
 
 
+_CHECKPOINT_SLICES = 3
+"""Busy waits of one slice each a checkpoint may spend on readers in the way:
+the connection waits one slice at a time (cancellation), and a TRUNCATE
+checkpoint needs a moment with no reader in the file."""
+
+
 def checkpoint(conn: sqlite3.Connection) -> bool:
     """Copy the WAL into the database and truncate it; False when something was in the way.
 
@@ -105,13 +111,16 @@ def checkpoint(conn: sqlite3.Connection) -> bool:
     the WAL from growing (the automatic PASSIVE checkpoints may never catch up),
     and a busy file only postpones it.
     """
-    try:
-        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-    except sqlite3.OperationalError as exc:
-        if not is_busy(exc):
-            raise
-        return False
-    return not busy
+    for _ in range(_CHECKPOINT_SLICES):
+        try:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc):
+                raise
+            busy = True
+        if not busy:
+            return True
+    return False
 
 
 def file_size(path: str) -> int:
