@@ -203,7 +203,12 @@ async def xmin_case(dsn: str, seconds: float, hold: bool) -> dict[str, Any]:
         worker = Worker(bus, concurrency=200, batch_size=100, poll_interval_seconds=1)
         task = asyncio.create_task(worker.run())
         published, t0 = 0, time.perf_counter()
+        timeline: list[int] = []  # completed per second, one figure per 30 s
+        mark, mark_count = t0, 0
         while time.perf_counter() - t0 < seconds:
+            if time.perf_counter() - mark >= 30:
+                timeline.append(round((done.count - mark_count) / (time.perf_counter() - mark)))
+                mark, mark_count = time.perf_counter(), done.count
             if published - done.count > 20_000:
                 await asyncio.sleep(0.01)
                 continue
@@ -228,6 +233,7 @@ async def xmin_case(dsn: str, seconds: float, hold: bool) -> dict[str, Any]:
         "completed_per_second": round(completed_in_run / elapsed),
         "dead_tuples_at_end": after["dead"],
         "wal_bytes_per_delivery": round(wal / max(1, after["completed"] - before["completed"])),
+        "completed_per_second_each_30s": timeline,
     }
     print(json.dumps(out), flush=True)
     return out

@@ -375,11 +375,13 @@ class DeliveryStore(Protocol):
         """
         ...
 
-    async def next_run_in(self, subscription_id: int) -> float | None:
+    async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         """Seconds until the subscription's next claimable delivery is due, or None.
 
         Only rows a claim could take count: for an ordered subscription, the
-        heads of keys with nothing processing. None when there is none.
+        heads of keys with nothing processing. None when there is none. With
+        ``after`` (a claim cursor), rows behind it are left to the claim from
+        the start that looks there; a backend without cursors ignores it.
         """
         ...
 

@@ -52,6 +52,17 @@ __all__ = ["Worker"]
 log = logging.getLogger("eventbus.worker")
 
 
+# A claim from the start of the pending index (a "full" claim) finds rows that
+# became pending behind the cursor. It is cheap while dead index entries are
+# cleaned away, and grows with them while a long transaction holds back the
+# xmin horizon. Full claims are spaced so they take at most about 1/SHARE of
+# the claim loop's time: at least every second and whenever the cursor comes
+# up short while they cost a few milliseconds, and as rarely as their cost
+# demands while the horizon is held.
+FULL_SCAN_SHARE = 20
+FULL_SCAN_EVERY = 1.0
+
+
 @dataclass
 class _Active:
     """A subscription this worker serves, with its database id and claim cursor."""
@@ -59,7 +70,15 @@ class _Active:
     sub: Subscription
     id: int
     cursor: Any = None
-    full_scan_at: float = -math.inf
+    full_scan_due: float = -math.inf  # a full claim is made instead of a cursor claim from then
+    full_scan_allowed: float = -math.inf  # a short cursor claim is topped up by a full one from then
+    look_behind: bool = False  # a short cursor claim put its full claim off
+
+    def full_scan_ran(self, started: float, ended: float) -> None:
+        cost = ended - started
+        self.look_behind = False
+        self.full_scan_allowed = ended + FULL_SCAN_SHARE * cost
+        self.full_scan_due = ended + max(FULL_SCAN_EVERY, FULL_SCAN_SHARE * cost)
 
 
 def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
@@ -228,6 +247,8 @@ class Worker:
             return await self._wait_for_work()
         await self._settle()
         await self.backend.recover_expired()
+        for active in self._active.values():  # the last round looks behind every cursor
+            active.full_scan_due = -math.inf
         dirty = await self._claim_round(set(self._active))
         if not dirty and self._running == 0 and not self._in_flight:
             return None
@@ -252,27 +273,32 @@ class Worker:
         return still
 
     async def _claim(self, active: _Active, limit: int) -> list[ClaimedDelivery]:
-        """Claim from the cursor while working through a backlog, else from the start.
+        """Claim from the cursor, topped up by a claim from the start when that is due.
 
-        The cursor (the last row claimed) only saves walking index entries of
-        rows already taken; a claim from the start follows whenever the cursor
-        comes up short, and at least every second, so nothing is left behind.
+        The cursor (the last row claimed) saves walking index entries of rows
+        already taken. A claim from the start finds what became pending behind
+        it (a publish that committed late, a recovered lease); how often one is
+        made follows its cost (see ``FULL_SCAN_SHARE``).
         """
         sub = active.sub
-        now = time.monotonic()
-        after = active.cursor if now - active.full_scan_at < 1.0 else None
+        started = time.monotonic()
+        after = active.cursor if started < active.full_scan_due else None
         batch = await self.backend.claim(
             active.id, limit, sub.lease_seconds, self.id, sub.ordered, after=after
         )
-        if after is None or len(batch) < limit:
-            active.full_scan_at = now
-            if after is not None:
-                batch += await self.backend.claim(
-                    active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
-                )
-        self._tracker.claimed(sub.name, batch, time.monotonic() - now)
-        full = len(batch) == limit and batch[-1].position is not None and not sub.ordered
-        active.cursor = batch[-1].position if full else None
+        if after is None:
+            active.full_scan_ran(started, time.monotonic())
+        elif len(batch) < limit and started >= active.full_scan_allowed:
+            full_started = time.monotonic()
+            batch += await self.backend.claim(
+                active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
+            )
+            active.full_scan_ran(full_started, time.monotonic())
+        elif len(batch) < limit:
+            active.look_behind = True
+        self._tracker.claimed(sub.name, batch, time.monotonic() - started)
+        if batch and batch[-1].position is not None and not sub.ordered:
+            active.cursor = max(batch[-1].position, active.cursor or batch[-1].position)
         return batch
 
     async def _wait_for_capacity(self) -> int:
@@ -290,7 +316,11 @@ class Worker:
         for a completion (:meth:`_forget`), a wake-up or the slow poll instead
         of claiming again at once.
         """
-        delay = await self.backend.next_run_in(sub_id)
+        active = self._active[sub_id]
+        delay = await self.backend.next_run_in(sub_id, active.cursor)
+        if active.look_behind:  # come back for the claim from the start that was put off
+            behind = active.full_scan_allowed - time.monotonic()
+            delay = behind if delay is None else min(delay, behind)
         if delay is not None:
             self._wake_at = min(self._wake_at, time.monotonic() + max(delay, 0.0))
 

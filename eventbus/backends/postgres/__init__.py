@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import logging
+import math
 import os
 import socket
+import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -127,6 +130,22 @@ def check_dsn(dsn: str) -> str:
     return dsn
 
 
+# How long a pooled connection keeps a prepared statement before preparing it
+# again. PostgreSQL settles on a generic plan after five executions and keeps
+# it until the table's statistics change; where autovacuum is off or behind, a
+# plan made while the tables were nearly empty (a sequential scan of
+# deliveries for the claim's update, a hash join to events) stays in use as
+# they grow, and the claim slowed from 12,000/s to 3,500/s within 30 s here.
+# Preparing again costs one round trip per statement and connection per period.
+STATEMENT_LIFETIME_SECONDS = 30
+# The lease sweep from the start (see recover_expired) runs at least this often,
+# and at most about 1/_FULL_SWEEP_SHARE of the time; the windowed sweep starts
+# _SWEEP_OVERLAP before where the previous one ended.
+_FULL_SWEEP_EVERY = 60.0
+_FULL_SWEEP_SHARE = 20
+_SWEEP_OVERLAP = datetime.timedelta(seconds=2)
+
+
 async def _keep_session(conn: Any) -> None:
     """Pool reset hook: nothing to undo.
 
@@ -186,6 +205,7 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
         min_pool_size: int = 1,
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
+        statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
         migrate: bool = False,
     ) -> None:
         self.dsn = check_dsn(dsn)
@@ -196,7 +216,10 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
         self.q = load_queries("postgres", self.schema)
         self._pool_size = (min_pool_size, max_pool_size)
         self._command_timeout = command_timeout
+        self._statement_lifetime = statement_lifetime_seconds
         self._pool: asyncpg.Pool | None = None
+        self._swept_to: datetime.datetime | None = None  # see recover_expired
+        self._full_sweep_due = -math.inf
         self.listener = PostgresListener(dsn, self.notify_channel)
 
     # -- lifecycle -------------------------------------------------------
@@ -229,6 +252,7 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
                         min_size=self._pool_size[0],
                         max_size=self._pool_size[1],
                         command_timeout=self._command_timeout,
+                        max_cached_statement_lifetime=self._statement_lifetime,
                         reset=_keep_session,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
@@ -526,13 +550,30 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
         return {DeliveryId(r["id"]) for r in rows}
 
     async def recover_expired(self, limit: int = 1000) -> int:
+        """Sweep from where the last sweep left off, and from the start now and then.
+
+        Every finished delivery leaves an entry in ``deliveries_lease_until``
+        that only vacuum removes; while a long transaction holds back the
+        xmin horizon none is removed, and a sweep from the start would walk
+        them all every second. A lease that expired before the window (a
+        locked row whose holder then rolled back) is found by the sweep from
+        the start, made first and then spaced by its cost.
+        """
+        started = time.monotonic()
+        floor = self._swept_to if started < self._full_sweep_due else None
         async with self._conn("lease recovery") as conn:
-            row = await conn.fetchrow(self.q["recover_expired"], limit, self.notify_channel)
+            row = await conn.fetchrow(self.q["recover_expired"], limit, self.notify_channel, floor)
+        ended = time.monotonic()
+        if floor is None:
+            self._full_sweep_due = ended + max(_FULL_SWEEP_EVERY, _FULL_SWEEP_SHARE * (ended - started))
+        if row["expired"] < limit:  # else more are left past this sweep's end: start there again
+            self._swept_to = row["swept_at"] - _SWEEP_OVERLAP
         return int(row["recovered"])
 
-    async def next_run_in(self, subscription_id: int) -> float | None:
+    async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
+        since = None if after is None else after[0]
         async with self._conn("next_run_in") as conn:
-            value = await conn.fetchval(self.q["next_run_in"], subscription_id)
+            value = await conn.fetchval(self.q["next_run_in"], subscription_id, since)
         return None if value is None else float(value)
 
     # -- wake-ups --------------------------------------------------------

@@ -329,10 +329,14 @@ RETURNING id;
 -- Deliveries whose worker stopped renewing the lease: the attempt counts; they
 -- go back to pending, or dead when out of attempts. run_at is kept (it was due
 -- when claimed), so a delivery keeps its place; peers are notified of the
--- pending ones, as by a publish.
+-- pending ones, as by a publish. $3, when given, is where the previous sweep
+-- of this process left off (see PostgresBackend.recover_expired): the walk of
+-- deliveries_lease_until starts there, past the entries of finished rows that
+-- a held xmin horizon keeps in the index. swept_at is where this one ends.
 WITH expired AS (
     SELECT id FROM {schema}.deliveries
     WHERE status = 'processing' AND lease_until < now()
+      AND lease_until >= coalesce($3::timestamptz, '-infinity')
     ORDER BY lease_until
     LIMIT $1
     FOR UPDATE SKIP LOCKED
@@ -353,17 +357,22 @@ WITH expired AS (
     SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
     WHERE s.id IN (SELECT subscription_id FROM recovered WHERE status = 'pending')
 )
-SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM notified) AS notified;
+SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM expired) AS expired, now() AS swept_at;
 
 -- name: next_run_in
 -- When the subscription's next claimable delivery is due: the earliest pending
 -- row that is unkeyed or the head of a key with nothing processing (as in
 -- claim_ordered). No row when every key is busy: the worker then waits for a
 -- completion or a wake-up instead of claiming again at once. None for a paused
--- or removed subscription: nothing of it will be claimable.
+-- or removed subscription: nothing of it will be claimable. $2, when given, is
+-- the run_at of the worker's claim cursor: the walk starts there, past the
+-- entries of rows already taken (see claim_after), and what is behind it is
+-- left to the worker's next claim from the start.
 SELECT extract(epoch FROM c.run_at - now())::float8
 FROM {schema}.deliveries c
 WHERE c.subscription_id = $1 AND c.status = 'pending'
+  AND c.run_at >= coalesce($2::timestamptz, '-infinity')
   AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
   AND (c.ordering_key IS NULL OR (
         NOT EXISTS (

@@ -373,7 +373,7 @@ class SQLiteBackend(SQLiteObserve, SQLiteInspection, SQLiteSchedules, SQLiteWork
             self.wake_local(types)  # other processes see the commit (data_version)
         return moved
 
-    async def next_run_in(self, subscription_id: int) -> float | None:
+    async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         rows = await self._fetch("next_run_in", {"subscription_id": subscription_id})
         value = rows[0][0] if rows else None
         return None if value is None else float(value)
