@@ -309,3 +309,39 @@ async def test_event_committed_behind_the_claim_cursor_is_still_delivered(pg_bus
     finally:
         await conn.close()
     assert "late" in handled and len(handled) == 1001
+
+
+async def test_lease_renewal_does_not_wait_for_a_row_held_by_a_result_write(pg_bus, pg_target) -> None:
+    """A renewal that waited for rows its own worker's result write holds could lock
+    the rows of one batch in the opposite order to that write and deadlock; it skips
+    them instead, and still counts them as held."""
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    sub_id = (await pg_bus.register())["h"]
+    await pg_bus.publish_many([OrderPlaced(order_id="a"), OrderPlaced(order_id="b")])
+    first, second = await pg_bus.backend.claim(sub_id, 10, 30.0, "00000000-0000-0000-0000-000000000001")
+    holder = await asyncpg.connect(pg_target.dsn)
+    try:
+        tx = holder.transaction()
+        await tx.start()  # a result write in flight, holding the first row
+        await holder.execute(
+            f'SELECT 1 FROM "{pg_target.schema}".deliveries WHERE id = $1 FOR UPDATE', first.id
+        )
+        with anyio.fail_after(5):
+            kept = await pg_bus.backend.extend([first.id, second.id], first.lease_token, 60.0)
+        await tx.rollback()
+        leases = dict(
+            await holder.fetch(
+                f'SELECT id, lease_until - now() FROM "{pg_target.schema}".deliveries WHERE id = ANY($1)',
+                [first.id, second.id],
+            )
+        )
+    finally:
+        await holder.close()
+    assert kept == {first.id, second.id}
+    assert (
+        leases[second.id].total_seconds() > 50 > leases[first.id].total_seconds()
+    )  # only the free one renewed

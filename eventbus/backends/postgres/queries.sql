@@ -320,10 +320,24 @@ WITH released AS (
 SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notified) AS notified;
 
 -- name: extend
-UPDATE {schema}.deliveries
-SET lease_until = now() + $3 * interval '1 second'
-WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
-RETURNING id;
+-- Renew the leases still held under the token. A row another transaction holds
+-- (this worker's result write, most often) is skipped rather than waited for:
+-- waiting let a renewal and a completion of the same batch lock rows in
+-- opposite orders and deadlock. A skipped row still counts as held when it is
+-- still processing under the token (as this statement's snapshot sees it); it
+-- is renewed next time if its holder rolls back.
+WITH locked AS (
+    SELECT id FROM {schema}.deliveries
+    WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
+    FOR UPDATE SKIP LOCKED
+), renewed AS (
+    UPDATE {schema}.deliveries d
+    SET lease_until = now() + $3 * interval '1 second'
+    FROM locked WHERE d.id = locked.id
+    RETURNING d.id
+)
+SELECT id FROM {schema}.deliveries
+WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2;
 
 -- name: recover_expired
 -- Deliveries whose worker stopped renewing the lease: the attempt counts; they
