@@ -157,7 +157,9 @@ class Bus(WorkflowBus):
             self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), migrate=migrate, **backend_options
         )
         self.coalescer = (
-            PublishCoalescer(lambda events: self.backend.publish(events)) if coalesce_publishes else None
+            PublishCoalescer(lambda events: self.backend.publish_serial(events))
+            if coalesce_publishes
+            else None
         )
 
     async def __aenter__(self) -> Bus:

@@ -293,6 +293,14 @@ class DeliveryStore(Protocol):
         """
         ...
 
+    async def publish_serial(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        """As :meth:`publish`, for a caller that sends one batch at a time (the coalescer).
+
+        A backend may keep a connection for it, so that a lone publish pays no
+        pool acquire and release; calls that do overlap wait for each other.
+        """
+        ...
+
     async def register(self, specs: Sequence[SubscriptionSpec], *, served: bool = False) -> dict[str, int]:
         """Record subscriptions (create or update) and return their ids by name.
 

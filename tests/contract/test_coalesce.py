@@ -21,12 +21,15 @@ from ..support.helpers import OrderPlaced, drain
 
 
 class Recorded:
-    """Wraps the backend's publish: which task sent each batch, and its size (the database is real)."""
+    """Wraps what the bus publishes through (the coalescer's one-at-a-time call, or the
+    plain publish when coalescing is off): which task sent each batch, and its size
+    (the database is real)."""
 
     def __init__(self, bus: Bus) -> None:
         self.calls: list[tuple[asyncio.Task[Any] | None, int]] = []
-        self._publish: Flush = bus.backend.publish
-        bus.backend.publish = self  # type: ignore[method-assign]
+        name = "publish_serial" if bus.coalescer is not None else "publish"
+        self._publish: Flush = getattr(bus.backend, name)
+        setattr(bus.backend, name, self)
 
     async def __call__(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         self.calls.append((asyncio.current_task(), len(events)))

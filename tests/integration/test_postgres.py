@@ -12,7 +12,7 @@ import anyio.lowlevel
 import asyncpg
 import pytest
 
-from eventbus import Context, MigrationChecksumMismatch, Worker
+from eventbus import BackendUnavailable, Context, MigrationChecksumMismatch, Worker
 from eventbus.backends.base import Completion
 
 from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
@@ -333,15 +333,60 @@ async def test_lease_renewal_does_not_wait_for_a_row_held_by_a_result_write(pg_b
         with anyio.fail_after(5):
             kept = await pg_bus.backend.extend([first.id, second.id], first.lease_token, 60.0)
         await tx.rollback()
-        leases = dict(
-            await holder.fetch(
-                f'SELECT id, lease_until - now() FROM "{pg_target.schema}".deliveries WHERE id = ANY($1)',
-                [first.id, second.id],
-            )
+        rows = await holder.fetch(
+            f'SELECT id, lease_until - now() AS left FROM "{pg_target.schema}".deliveries WHERE id = ANY($1)',
+            [first.id, second.id],
         )
+        leases = {r["id"]: r["left"] for r in rows}
     finally:
         await holder.close()
     assert kept == {first.id, second.id}
     assert (
         leases[second.id].total_seconds() > 50 > leases[first.id].total_seconds()
     )  # only the free one renewed
+
+
+async def test_a_broken_publish_connection_is_replaced(pg_target) -> None:
+    """Lone publishes go through one connection kept aside from the pool; when the
+    server ends it, one publish may fail as unavailable and the next takes another."""
+    bus = pg_target.bus()
+    try:
+        await bus.migrate()
+        await bus.publish(OrderPlaced(order_id="before"))
+        pid = bus.backend._serial_conn.get_server_pid()
+        admin = await asyncpg.connect(pg_target.dsn)
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+        finally:
+            await admin.close()
+        outcomes = []
+        for i in range(2):
+            try:
+                outcomes.append(await bus.publish(OrderPlaced(order_id=f"after-{i}")))
+            except BackendUnavailable as exc:
+                outcomes.append(exc)
+        assert not isinstance(outcomes[-1], Exception)
+        published = 1 + sum(not isinstance(o, Exception) for o in outcomes)
+        assert (await bus.status()).events == published
+        assert bus.backend._serial_conn.get_server_pid() != pid
+    finally:
+        await bus.aclose()
+
+
+async def test_a_pool_of_one_connection_keeps_none_aside_for_publishing(pg_target) -> None:
+    bus = pg_target.bus(min_pool_size=1, max_pool_size=1)
+    handled: list[str] = []
+
+    @bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        handled.append(event.order_id)
+
+    try:
+        await bus.migrate()
+        await bus.register()
+        with anyio.fail_after(20):
+            await bus.publish(OrderPlaced(order_id="only"))
+            await Worker(bus, burst=True).run()
+    finally:
+        await bus.aclose()
+    assert handled == ["only"]

@@ -300,6 +300,10 @@ class SQLiteBackend(SQLiteObserve, SQLiteInspection, SQLiteSchedules, SQLiteWork
             self.wake_local(types)
         return results
 
+    async def publish_serial(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        """Every write already goes through the one connection's thread."""
+        return await self.publish(events)
+
     # -- subscriptions ---------------------------------------------------
 
     async def register(self, specs: Sequence[SubscriptionSpec], *, served: bool = False) -> dict[str, int]:
