@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -390,3 +391,19 @@ async def test_a_pool_of_one_connection_keeps_none_aside_for_publishing(pg_targe
     finally:
         await bus.aclose()
     assert handled == ["only"]
+
+
+async def test_closing_the_bus_lets_a_publish_in_flight_finish(pg_target) -> None:
+    bus = pg_target.bus()
+    await bus.migrate()
+    await bus.publish(OrderPlaced(order_id="first"))  # the held connection exists now
+    in_flight = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="in-flight")))
+    await asyncio.sleep(0)  # its statement is on the wire
+    await bus.aclose()
+    result = await in_flight
+    assert not result.duplicate
+    check = pg_target.bus()
+    try:
+        assert (await check.status()).events == 2
+    finally:
+        await check.aclose()

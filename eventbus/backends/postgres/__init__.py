@@ -271,6 +271,9 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
                 yield conn
 
     async def aclose(self) -> None:
+        with anyio.move_on_after(10):  # a publish in flight on the held connection finishes first
+            async with self._serial_lock:
+                await self._release_serial()
         await self._release_serial()
         pool, self._pool = self._pool, None
         self._ready = False
