@@ -19,12 +19,13 @@ import math
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 
+from ..backends._spacing import Spaced
 from ..backends._wakeup import SWEEP
 from ..backends.base import ClaimedDelivery, Completion, Failure, LeaseKey, WorkerStore
 from ..errors import (
@@ -53,13 +54,10 @@ log = logging.getLogger("eventbus.worker")
 
 
 # A claim from the start of the pending index (a "full" claim) finds rows that
-# became pending behind the cursor. It is cheap while dead index entries are
-# cleaned away, and grows with them while a long transaction holds back the
-# xmin horizon. Full claims are spaced so they take at most about 1/SHARE of
-# the claim loop's time: at least every second and whenever the cursor comes
-# up short while they cost a few milliseconds, and as rarely as their cost
-# demands while the horizon is held.
-FULL_SCAN_SHARE = 20
+# became pending behind the cursor. Full claims are spaced by their cost
+# (backends/_spacing.py): at least every second, and after a short cursor
+# claim while they cost a few milliseconds; as rarely as their cost demands
+# while a held xmin horizon keeps dead entries in the index.
 FULL_SCAN_EVERY = 1.0
 
 
@@ -70,15 +68,13 @@ class _Active:
     sub: Subscription
     id: int
     cursor: Any = None
-    full_scan_due: float = -math.inf  # a full claim is made instead of a cursor claim from then
-    full_scan_allowed: float = -math.inf  # a short cursor claim is topped up by a full one from then
+    # due: a full claim instead of a cursor claim; allowed: a short cursor claim is topped up
+    full_scan: Spaced = field(default_factory=lambda: Spaced(FULL_SCAN_EVERY))
     look_behind: bool = False  # a short cursor claim put its full claim off
 
     def full_scan_ran(self, started: float, ended: float) -> None:
-        cost = ended - started
         self.look_behind = False
-        self.full_scan_allowed = ended + FULL_SCAN_SHARE * cost
-        self.full_scan_due = ended + max(FULL_SCAN_EVERY, FULL_SCAN_SHARE * cost)
+        self.full_scan.ran(started, ended)
 
 
 def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
@@ -248,7 +244,7 @@ class Worker:
         await self._settle()
         await self.backend.recover_expired()
         for active in self._active.values():  # the last round looks behind every cursor
-            active.full_scan_due = -math.inf
+            active.full_scan.due_at = -math.inf
         dirty = await self._claim_round(set(self._active))
         if not dirty and self._running == 0 and not self._in_flight:
             return None
@@ -282,13 +278,13 @@ class Worker:
         """
         sub = active.sub
         started = time.monotonic()
-        after = active.cursor if started < active.full_scan_due else None
+        after = active.cursor if started < active.full_scan.due_at else None
         batch = await self.backend.claim(
             active.id, limit, sub.lease_seconds, self.id, sub.ordered, after=after
         )
         if after is None:
             active.full_scan_ran(started, time.monotonic())
-        elif len(batch) < limit and started >= active.full_scan_allowed:
+        elif len(batch) < limit and started >= active.full_scan.allowed_at:
             full_started = time.monotonic()
             batch += await self.backend.claim(
                 active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
@@ -319,7 +315,7 @@ class Worker:
         active = self._active[sub_id]
         delay = await self.backend.next_run_in(sub_id, active.cursor)
         if active.look_behind:  # come back for the claim from the start that was put off
-            behind = active.full_scan_allowed - time.monotonic()
+            behind = active.full_scan.allowed_at - time.monotonic()
             delay = behind if delay is None else min(delay, behind)
         if delay is not None:
             self._wake_at = min(self._wake_at, time.monotonic() + max(delay, 0.0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eventbus.router import Router
-from eventbus.worker import FULL_SCAN_EVERY, FULL_SCAN_SHARE, _Active
+from eventbus.worker import FULL_SCAN_EVERY, _Active
 
 from ..support.helpers import OrderPlaced
 
@@ -24,12 +24,12 @@ def test_cheap_full_claims_run_every_second_and_top_up_short_claims_soon() -> No
     active = _active()
     active.look_behind = True
     active.full_scan_ran(10.0, 10.002)  # 2 ms: dead entries are being cleaned away
-    assert active.full_scan_due == pytest.approx(10.002 + FULL_SCAN_EVERY)
-    assert active.full_scan_allowed == pytest.approx(10.002 + FULL_SCAN_SHARE * 0.002)  # 40 ms on
+    assert active.full_scan.due_at == pytest.approx(10.002 + FULL_SCAN_EVERY)
+    assert active.full_scan.allowed_at == pytest.approx(10.002 + 20 * 0.002)  # 40 ms on
     assert not active.look_behind
 
 
 def test_costly_full_claims_are_spaced_by_their_cost() -> None:
     active = _active()
     active.full_scan_ran(10.0, 10.25)  # 250 ms: a held xmin horizon keeps dead entries
-    assert active.full_scan_due == active.full_scan_allowed == pytest.approx(10.25 + FULL_SCAN_SHARE * 0.25)
+    assert active.full_scan.due_at == active.full_scan.allowed_at == pytest.approx(10.25 + 20 * 0.25)

@@ -7,7 +7,6 @@ import contextlib
 import datetime
 import hashlib
 import logging
-import math
 import os
 import socket
 import time
@@ -42,6 +41,7 @@ from ...types import (
     WorkerRow,
 )
 from .. import _migrations as migrations
+from .._spacing import Spaced
 from .._sql import load_queries, quote_schema, validate_schema
 from ..base import (
     ClaimedDelivery,
@@ -140,10 +140,9 @@ def check_dsn(dsn: str) -> str:
 # Preparing again costs one round trip per statement and connection per period.
 STATEMENT_LIFETIME_SECONDS = 30
 # The lease sweep from the start (see recover_expired) runs at least this often,
-# and at most about 1/_FULL_SWEEP_SHARE of the time; the windowed sweep starts
-# _SWEEP_OVERLAP before where the previous one ended.
+# spaced by its cost; the windowed sweep starts _SWEEP_OVERLAP before where the
+# previous one ended.
 _FULL_SWEEP_EVERY = 60.0
-_FULL_SWEEP_SHARE = 20
 _SWEEP_OVERLAP = datetime.timedelta(seconds=2)
 
 
@@ -222,7 +221,7 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
         self._serial_conn: Any = None  # see publish_serial
         self._serial_lock = asyncio.Lock()
         self._swept_to: datetime.datetime | None = None  # see recover_expired
-        self._full_sweep_due = -math.inf
+        self._full_sweep = Spaced(_FULL_SWEEP_EVERY)
         self.listener = PostgresListener(dsn, self.notify_channel)
 
     # -- lifecycle -------------------------------------------------------
@@ -340,6 +339,9 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
             return []
         if len(events) == 1 and not self._serial_lock.locked():  # one event: the held connection is free
             return await self.publish_serial(events)
+        return await self._publish_pooled(events)
+
+    async def _publish_pooled(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         async with self._conn("publish") as conn:
             return await self._publish_on(conn, events)
 
@@ -357,8 +359,7 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
         if not events:
             return []
         if self._pool_size[1] < 2:
-            async with self._conn("publish") as conn:
-                return await self._publish_on(conn, events)
+            return await self._publish_pooled(events)
         async with self._serial_lock:
             conn = self._serial_conn
             if conn is None:
@@ -369,11 +370,10 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
             try:
                 with translate_errors("publish", self._command_timeout):
                     return await self._publish_on(conn, events)
-            except BackendError as exc:
-                if not isinstance(exc.__cause__, asyncpg.PostgresError) or isinstance(
-                    exc, BackendUnavailable
-                ):
-                    await self._release_serial()
+            except BackendUnavailable:
+                await self._release_serial()
+                raise
+            except EventBusError:  # the database refused the statement: the connection is sound
                 raise
             except BaseException:  # cancelled mid-statement: the pool waits out the cancellation
                 await self._release_serial()
@@ -612,12 +612,12 @@ class PostgresBackend(PostgresObserve, PostgresInspection, PostgresSchedules, Po
         the start, made first and then spaced by its cost.
         """
         started = time.monotonic()
-        floor = self._swept_to if started < self._full_sweep_due else None
+        floor = self._swept_to if started < self._full_sweep.due_at else None
         async with self._conn("lease recovery") as conn:
             row = await conn.fetchrow(self.q["recover_expired"], limit, self.notify_channel, floor)
         ended = time.monotonic()
         if floor is None:
-            self._full_sweep_due = ended + max(_FULL_SWEEP_EVERY, _FULL_SWEEP_SHARE * (ended - started))
+            self._full_sweep.ran(started, ended)
         if row["expired"] < limit:  # else more are left past this sweep's end: start there again
             self._swept_to = row["swept_at"] - _SWEEP_OVERLAP
         return int(row["recovered"])
