@@ -102,7 +102,7 @@ async def run_mode(
             "deliveries_after_round": rows,
         }
     finally:
-        await bus.backend.drop()
+        await bus.backend.schema.drop()
         await bus.aclose()
 
 

@@ -129,7 +129,7 @@ async def backlog_case(dsn: str, size: int, drain_n: int) -> dict[str, Any]:
         latencies = []
         for _ in range(30):
             t0 = time.perf_counter()
-            await bus.backend.claim(sub_id, 100, 30.0, str(uuid.uuid4()))
+            await bus.backend.deliveries.claim(sub_id, 100, 30.0, str(uuid.uuid4()))
             latencies.append((time.perf_counter() - t0) * 1000)
         await unclaim(dsn)
         worker = Worker(bus, concurrency=200, batch_size=100, poll_interval_seconds=30)

@@ -67,7 +67,7 @@ async def steady(dsn: str | None, n: int, seconds: float, period: float = 60.0) 
         await bus.declare_schedules()
         planner = bus.schedule_planner()
         busy, fired, ticks = 0.0, 0, 0
-        tick = bus.backend.tick_schedules
+        tick = bus.backend.schedules.tick
 
         async def timed(*args: Any) -> Any:  # the worker's own ticker, with its ticks timed
             nonlocal busy, fired, ticks
@@ -76,7 +76,7 @@ async def steady(dsn: str | None, n: int, seconds: float, period: float = 60.0) 
             busy, fired, ticks = busy + time.perf_counter() - t, fired + report.fired, ticks + 1
             return report
 
-        bus.backend.tick_schedules = timed  # type: ignore[method-assign]
+        bus.backend.schedules.tick = timed  # type: ignore[method-assign]
         deadline = time.monotonic() + seconds
         await run_schedules(bus, lambda: time.monotonic() > deadline)
         delays = []

@@ -58,7 +58,7 @@ async def _prepare(dsn: str, n: int) -> None:
     b = build_bus(dsn)
     await b.migrate()
     async with b:
-        await b.backend.register(b.specs())  # subscribed before publishing: no backfill
+        await b.backend.deliveries.register(b.specs())  # subscribed before publishing: no backfill
         for start in range(0, n, 1000):
             await b.publish_many(Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + 1000)))
 

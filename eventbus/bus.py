@@ -157,7 +157,7 @@ class Bus(WorkflowBus):
             self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), migrate=migrate, **backend_options
         )
         self.coalescer = (
-            PublishCoalescer(lambda events: self.backend.publish_serial(events))
+            PublishCoalescer(lambda events: self.backend.deliveries.publish_serial(events))
             if coalesce_publishes
             else None
         )
@@ -176,7 +176,7 @@ class Bus(WorkflowBus):
 
     async def migrate(self) -> list[str]:
         """Apply pending migrations; return the names of the files applied."""
-        return await self.backend.migrate()
+        return await self.backend.schema.migrate()
 
     def add_hooks(self, hooks: Hooks) -> None:
         """Add observability hooks (see :mod:`eventbus.observe`); workers started later use them."""
@@ -276,7 +276,7 @@ class Bus(WorkflowBus):
         if connection is None:
             if self.coalescer is not None and len(batch) == 1:  # may share a commit with others
                 return [await self.coalescer.publish(batch[0])]
-            return await self.backend.publish(batch)
+            return await self.backend.deliveries.publish(batch)
         publish_in = getattr(self.backend, "publish_in", None)
         if publish_in is None:
             raise ConfigurationError(
@@ -332,19 +332,19 @@ class Bus(WorkflowBus):
         fan out to subscriptions no worker has seen yet (a new subscription is
         also backfilled from the log by default).
         """
-        return await self.backend.register(self.specs(names), served=served)
+        return await self.backend.deliveries.register(self.specs(names), served=served)
 
     async def list_subscriptions(self) -> list[SubscriptionInfo]:
         """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
-        return await self.backend.list_subscriptions()
+        return await self.backend.inspect.subscriptions()
 
     async def pause_subscription(self, name: str) -> bool:
         """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active."""
-        return await self.backend.pause_subscription(name)
+        return await self.backend.operate.pause_subscription(name)
 
     async def resume_subscription(self, name: str) -> bool:
         """Serve a paused (or removed) subscription again. False if it was active."""
-        return await self.backend.resume_subscription(name)
+        return await self.backend.operate.resume_subscription(name)
 
     async def remove_subscription(self, name: str) -> int:
         """Stop fan-out to ``name`` and cancel its pending deliveries; return how many.
@@ -352,14 +352,14 @@ class Bus(WorkflowBus):
         For a subscription taken out of the code: a worker that registers it
         again does not bring it back (``resume_subscription`` does).
         """
-        return await self.backend.remove_subscription(name)
+        return await self.backend.operate.remove_subscription(name)
 
     # -- operations ----------------------------------------------------------
 
     async def status(self) -> StatusReport:
         """Counts, each subscription's queue, workers and (PostgreSQL) storage health."""
-        report = await self.backend.status()
-        details = await self.backend.health()
+        report = await self.backend.inspect.status()
+        details = await self.backend.inspect.health()
         return msgspec.structs.replace(report, **msgspec.structs.asdict(details))
 
     async def trace(self, event_id: int, *, limit: int = 1000) -> ChainEvent:
@@ -367,7 +367,7 @@ class Bus(WorkflowBus):
 
         :class:`NotFound` if there is no such event (or it was pruned).
         """
-        return chain_tree(await self.backend.chain(event_id, limit))
+        return chain_tree(await self.backend.inspect.chain(event_id, limit))
 
     async def prune(
         self,
@@ -377,7 +377,7 @@ class Bus(WorkflowBus):
         progress: Callable[[PruneReport], object] | None = None,
     ) -> PruneReport:
         """Run retention now, to the end of what it may delete (see :mod:`eventbus.retention`)."""
-        pruner = Pruner(self.backend, retention or self.retention)
+        pruner = Pruner(self.backend.retention, retention or self.retention)
         return await pruner.run(dry_run=dry_run, max_batches=1 << 40, progress=progress)
 
     async def dead_letters(
@@ -393,23 +393,23 @@ class Bus(WorkflowBus):
 
     async def delivery(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its payload, headers and every failed attempt."""
-        return await self.backend.show(delivery_id)
+        return await self.backend.inspect.show(delivery_id)
 
     async def find_deliveries(
         self, flt: DeliveryFilter | None = None, *, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         """Deliveries matching ``flt``, newest first; ``before_id``: the last id of the previous page."""
-        return await self.backend.find_deliveries(_checked_filter(flt), _checked_limit(limit), before_id)
+        return await self.backend.inspect.find(_checked_filter(flt), _checked_limit(limit), before_id)
 
     async def count_deliveries(self, flt: DeliveryFilter | None = None, *, cap: int = 10_000) -> int:
         """How many deliveries match ``flt``; a result above ``cap`` means "more than cap"."""
         if cap < 1:
             raise ConfigurationError(f"cap must be at least 1, got {cap}")
-        return await self.backend.count_deliveries(_checked_filter(flt), cap)
+        return await self.backend.inspect.count(_checked_filter(flt), cap)
 
     async def event(self, event_id: int) -> EventView:
         """One event with its payload, headers and every delivery with its attempt history."""
-        return await self.backend.event_view(event_id)
+        return await self.backend.inspect.event(event_id)
 
     async def event_chain(self, event_id: int, *, limit: int = 200) -> list[EventSummary]:
         """The events of ``event_id``'s chain in id order; ``causation_id`` makes the tree."""
@@ -438,13 +438,13 @@ class Bus(WorkflowBus):
         self, flt: DeadLetterFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
     ) -> int:
         """Move matching dead deliveries back to pending; return how many moved."""
-        return await self._each_dead_batch(flt, batch_size, self.backend.replay_ids, progress)
+        return await self._each_dead_batch(flt, batch_size, self.backend.operate.replay, progress)
 
     async def purge(
         self, flt: DeadLetterFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
     ) -> int:
         """Delete matching dead deliveries and their history; return how many."""
-        return await self._each_dead_batch(flt, batch_size, self.backend.purge_ids, progress)
+        return await self._each_dead_batch(flt, batch_size, self.backend.operate.purge, progress)
 
     async def _each_dead_batch(
         self,
@@ -462,7 +462,7 @@ class Bus(WorkflowBus):
 
     async def cancel(self, ids: Sequence[int]) -> int:
         """Cancel pending deliveries by id (guarded: others are left alone); return how many."""
-        return await self.backend.cancel_ids(list(ids))
+        return await self.backend.operate.cancel(list(ids))
 
     # -- schedules -------------------------------------------------------------
 
@@ -472,21 +472,21 @@ class Bus(WorkflowBus):
 
     async def declare_schedules(self) -> None:
         """Record this bus's schedules (create or update); a worker does this when it starts."""
-        await self.backend.declare_schedules(
+        await self.backend.schedules.declare(
             [s.decl() for s in self.schedules.values()], self.schedule_planner()
         )
 
     async def tick_schedules(self, limit: int = 100, planner: Planner | None = None) -> TickReport:
         """Fire what is due of this bus's schedules (up to ``limit`` schedules), as a worker does."""
-        return await self.backend.tick_schedules(planner or self.schedule_planner(), limit)
+        return await self.backend.schedules.tick(planner or self.schedule_planner(), limit)
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every recorded schedule (declared by this code or not), by name."""
-        return await self.backend.schedules()
+        return await self.backend.schedules.list()
 
     async def schedule_info(self, name: str) -> ScheduleInfo:
         """One recorded schedule; :class:`UnknownSchedule` if there is none of that name."""
-        found = await self.backend.schedules(name)
+        found = await self.backend.schedules.list(name)
         if not found:
             raise UnknownSchedule(f"no schedule named {name!r} is recorded")
         return found[0]
@@ -494,26 +494,26 @@ class Bus(WorkflowBus):
     async def occurrences(self, name: str, limit: int = 20) -> list[OccurrenceInfo]:
         """The newest occurrences of a schedule with their fate, newest first."""
         await self.schedule_info(name)
-        return await self.backend.occurrences(name, limit)
+        return await self.backend.schedules.occurrences(name, limit)
 
     async def pause_schedule(self, name: str) -> None:
         """Stop firing (occurrences falling due meanwhile count as missed on resume)."""
-        if not await self.backend.pause_schedule(name, True):
+        if not await self.backend.schedules.pause(name, True):
             raise UnknownSchedule(f"no schedule named {name!r} is recorded")
 
     async def resume_schedule(self, name: str) -> None:
-        if not await self.backend.pause_schedule(name, False):
+        if not await self.backend.schedules.pause(name, False):
             raise UnknownSchedule(f"no schedule named {name!r} is recorded")
 
     async def remove_schedule(self, name: str) -> None:
         """Delete a schedule and its occurrence history (a worker declaring it creates it anew)."""
-        if not await self.backend.remove_schedule(name):
+        if not await self.backend.schedules.remove(name):
             raise UnknownSchedule(f"no schedule named {name!r} is recorded")
 
     async def trigger_schedule(self, name: str) -> datetime:
         """Fire once now, with its own key (the database's now); a worker's next tick fires it."""
         await self.schedule_info(name)
-        times = await self.backend.request_occurrences(name, None)
+        times = await self.backend.schedules.request(name, None)
         if not times:
             raise UnknownSchedule(f"no schedule named {name!r} is recorded")
         return times[0]
@@ -530,7 +530,7 @@ class Bus(WorkflowBus):
         times = [t for t, fate in window(row, start, end) if fate == "due" and t < row.next_occurrence_at]
         if not times:
             return []
-        return await self.backend.request_occurrences(name, times)
+        return await self.backend.schedules.request(name, times)
 
 
 def chain_tree(flat: Sequence[ChainEvent]) -> ChainEvent:

@@ -198,7 +198,7 @@ class QueueCollector:
         (registry if registry is not None else prom.REGISTRY).register(self)
 
     async def refresh(self) -> None:
-        self.snapshot = await self.bus.backend.health()
+        self.snapshot = await self.bus.backend.inspect.health()
 
     async def run(self) -> None:
         """Refresh until cancelled; a failed read keeps the last snapshot."""

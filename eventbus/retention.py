@@ -131,7 +131,7 @@ class Pruner:
         """One pass (at most ``max_batches``, default the retention's); skipped if another pruner runs."""
         started = time.monotonic()
         report = PruneReport(dry_run=dry_run)
-        async with self.store.prune_lock() as held:
+        async with self.store.lock() as held:
             if not held:
                 report.skipped = "another pruner holds the lock"
                 return report

@@ -65,7 +65,7 @@ async def temporary_bus(
             yield bus
         finally:
             with anyio.CancelScope(shield=True):
-                await bus.backend.drop()
+                await bus.backend.schema.drop()
                 await bus.aclose()
 
 
@@ -96,5 +96,5 @@ async def drain(
 async def _next_due_in(bus: Bus, names: list[str] | None) -> float | None:
     """Seconds until the earliest pending delivery of the bus's subscriptions is due."""
     ids = await bus.register(names)
-    delays = [d for i in ids.values() if (d := await bus.backend.next_run_in(i)) is not None]
+    delays = [d for i in ids.values() if (d := await bus.backend.deliveries.next_run_in(i)) is not None]
     return min(delays, default=None)

@@ -133,7 +133,8 @@ class DeliveryFilter(msgspec.Struct, frozen=True):
 
     ``since``/``until`` bound the delivery's last change (``updated_at``).
     ``payload_path`` is a dotted path into the JSON payload (``customer.id``)
-    whose value, as text, must equal ``payload_value``.
+    whose value, as text, must equal ``payload_value``. ``ids`` keeps only
+    the deliveries named (replay, purge and cancel act on a selection this way).
     """
 
     subscription: str | None = None
@@ -146,6 +147,7 @@ class DeliveryFilter(msgspec.Struct, frozen=True):
     until: datetime | None = None
     payload_path: str | None = None
     payload_value: str | None = None
+    ids: Sequence[int] | None = None
 
 
 class DeliveryRow(msgspec.Struct, frozen=True):

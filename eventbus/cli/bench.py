@@ -36,7 +36,7 @@ async def scratch_bus(dsn: str | None, schema: str = "eventbus_bench") -> Bus:
     """A migrated, empty bus for a benchmark run: the schema is dropped first."""
     if dsn and dsn.startswith(("postgresql://", "postgres://")):
         bus = Bus(dsn, schema=schema, max_pool_size=8)
-        await bus.backend.drop()
+        await bus.backend.schema.drop()
     else:
         path = os.path.join(tempfile.mkdtemp(prefix="eventbus-bench-"), "bench.db")
         bus = Bus(f"sqlite:///{path}")
@@ -77,7 +77,7 @@ async def drain_throughput(
                 for i in range(start, min(n, start + publish_batch))
             )
         t1 = time.perf_counter()
-        await bus.backend.analyze()
+        await bus.backend.schema.analyze()
         t_drain = time.perf_counter()
         await Worker(bus, concurrency=concurrency, batch_size=batch_size, burst=True).run()
         t2 = time.perf_counter()

@@ -27,7 +27,7 @@ import anyio.lowlevel
 
 from ..backends._spacing import Spaced
 from ..backends._wakeup import SWEEP
-from ..backends.base import ClaimedDelivery, Completion, Failure, LeaseKey, WorkerStore
+from ..backends.base import ClaimedDelivery, Completion, DeliveryStore, Failure, LeaseKey, Wakeups
 from ..errors import (
     BackendError,
     ConfigurationError,
@@ -132,7 +132,8 @@ class Worker:
             recovery_interval_seconds=recovery_interval_seconds,
         )
         self.bus = bus
-        self.backend: WorkerStore = bus.backend
+        self.deliveries: DeliveryStore = bus.backend.deliveries
+        self.wakeups: Wakeups = bus.backend.wakeups
         self.concurrency = max(1, concurrency)
         self.batch_size = max(1, batch_size)
         self.poll_interval_seconds = poll_interval_seconds
@@ -146,7 +147,7 @@ class Worker:
         self._in_flight = InFlight()
         self._running = 0
         self._shield = Shield()
-        self._results = ResultWriter(self.backend, self._forget, self._unstorable, self._shield)
+        self._results = ResultWriter(self.deliveries, self.wakeups, self._forget, self._unstorable, self._shield)
         self._tracker = self._results.tracker = DeliveryTracker(bus.hooks, self.id)
         self._executor = Executor(bus, self.id, self._tracker)
         self._slot_freed = anyio.Event()
@@ -242,7 +243,7 @@ class Worker:
         if not self.burst:
             return await self._wait_for_work()
         await self._settle()
-        await self.backend.recover_expired()
+        await self.deliveries.recover_expired()
         for active in self._active.values():  # the last round looks behind every cursor
             active.full_scan.due_at = -math.inf
         dirty = await self._claim_round(set(self._active))
@@ -279,14 +280,14 @@ class Worker:
         sub = active.sub
         started = time.monotonic()
         after = active.cursor if started < active.full_scan.due_at else None
-        batch = await self.backend.claim(
+        batch = await self.deliveries.claim(
             active.id, limit, sub.lease_seconds, self.id, sub.ordered, after=after
         )
         if after is None:
             active.full_scan_ran(started, time.monotonic())
         elif len(batch) < limit and started >= active.full_scan.allowed_at:
             full_started = time.monotonic()
-            batch += await self.backend.claim(
+            batch += await self.deliveries.claim(
                 active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
             )
             active.full_scan_ran(full_started, time.monotonic())
@@ -313,7 +314,7 @@ class Worker:
         of claiming again at once.
         """
         active = self._active[sub_id]
-        delay = await self.backend.next_run_in(sub_id, active.cursor)
+        delay = await self.deliveries.next_run_in(sub_id, active.cursor)
         if active.look_behind:  # come back for the claim from the start that was put off
             behind = active.full_scan.allowed_at - time.monotonic()
             delay = behind if delay is None else min(delay, behind)
@@ -323,7 +324,7 @@ class Worker:
     async def _wait_for_work(self) -> set[int]:
         now = time.monotonic()
         timeout = min(self.poll_interval_seconds, max(self._wake_at - now, 0.0))
-        woken = await self.backend.wait_for_events(timeout)
+        woken = await self.wakeups.wait(timeout)
         if not woken or SWEEP in woken or time.monotonic() >= self._wake_at:
             self._wake_at = math.inf
             return set(self._active)
@@ -344,7 +345,7 @@ class Worker:
         """
         claim = self._in_flight.pop(lease)
         if claim is not None and claim.sub.ordered and claim.delivery.ordering_key is not None:
-            self.backend.wake_local({claim.sub.event_type})
+            self.wakeups.wake_local({claim.sub.event_type})
 
     async def _runner(self) -> None:
         """One of ``concurrency`` long-lived tasks that run handlers one at a time.
@@ -369,7 +370,7 @@ class Worker:
             self._running -= 1
         for token, ids in by_token.items():
             try:
-                await self.backend.release(ids, token)
+                await self.deliveries.release(ids, token)
             except BackendError as exc:
                 log.warning("could not release %d deliveries (their leases will): %s", len(ids), exc)
 
@@ -418,7 +419,7 @@ class Worker:
         """Hand a delivery back without counting the attempt (shutdown)."""
         self._in_flight.discard((delivery.id, delivery.lease_token))
         try:
-            await self.backend.release([delivery.id], delivery.lease_token)
+            await self.deliveries.release([delivery.id], delivery.lease_token)
         except BackendError as exc:
             log.warning("could not release delivery %s (its lease will): %s", delivery.id, exc)
 
@@ -443,7 +444,7 @@ class Worker:
             await anyio.sleep(min(leases) / 3)
             for (token, lease_seconds), ids in self._in_flight.leases().items():
                 try:
-                    kept = await self.backend.extend(ids, token, lease_seconds)
+                    kept = await self.deliveries.extend(ids, token, lease_seconds)
                 except BackendError as exc:
                     log.warning("lease renewal failed: %s", exc)
                     continue
@@ -456,8 +457,8 @@ class Worker:
         beat_every = max(1, round(5.0 / self.recovery_interval_seconds))
         for turn in itertools.count():
             try:
-                if await self.backend.recover_expired() + await self.backend.finish_backfills():
-                    self.backend.wake_local({SWEEP})
+                if await self.deliveries.recover_expired() + await self.deliveries.finish_backfills():
+                    self.wakeups.wake_local({SWEEP})
                 if turn % beat_every == 0:
                     await self._beat()
             except BackendError as exc:
@@ -466,9 +467,9 @@ class Worker:
 
     async def _beat(self, *, gone: bool = False) -> None:
         try:
-            await self.backend.worker_beat(self.id, gone=gone, subscription_ids=list(self._active))
+            await self.deliveries.worker_beat(self.id, gone=gone, subscription_ids=list(self._active))
         except BackendError as exc:
             log.debug("worker heartbeat not written: %s", exc)
 
     async def _listen(self) -> None:
-        await self.backend.run_listener()
+        await self.wakeups.run()

@@ -10,7 +10,7 @@ from typing import TypeVar
 import anyio
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import Completion, Failure, LeaseKey, WorkerStore
+from ..backends.base import Completion, DeliveryStore, Failure, LeaseKey, Wakeups
 from ..errors import BackendUnavailable
 from ..observe import DeliveryTracker, NoHooks
 from ._failures import FailureLog
@@ -45,13 +45,15 @@ class ResultWriter:
 
     def __init__(
         self,
-        backend: WorkerStore,
+        deliveries: DeliveryStore,
+        wakeups: Wakeups,
         forget: Callable[[LeaseKey], object],
         unstorable: Callable[[Completion | Failure, Exception], Failure | None],
         shield: Shield | None = None,
         failures: FailureLog | None = None,
     ) -> None:
-        self.backend = backend
+        self.deliveries = deliveries
+        self.wakeups = wakeups
         self.forget = forget
         self.unstorable = unstorable
         self.shield = shield or Shield()
@@ -92,10 +94,10 @@ class ResultWriter:
         with self.shield(deadline):
             async with self._lock:
                 completions, self._completions = self._completions, []
-                left = await self._write(completions, self.backend.complete, "completion")
+                left = await self._write(completions, self.deliveries.complete, "completion")
                 self._completions[:0] = left
                 failures, self._failures = self._failures, []
-                left_failures = await self._write(failures, self.backend.fail, "failure")
+                left_failures = await self._write(failures, self.deliveries.fail, "failure")
                 self._failures[:0] = left_failures
                 ok = not (left or left_failures)
         return ok
@@ -189,4 +191,4 @@ class ResultWriter:
                 self.processed += 1
         if retried:
             # Re-plan the wake-up from the new run_at (the loop may be in a long wait).
-            self.backend.wake_local({SWEEP})
+            self.wakeups.wake_local({SWEEP})

@@ -29,7 +29,7 @@ async def run_retention(bus: Bus) -> None:
     if retention.interval is None:
         return
     interval = retention.interval.total_seconds()
-    pruner = Pruner(bus.backend, retention)
+    pruner = Pruner(bus.backend.retention, retention)
     await anyio.sleep(random.uniform(0.1, 1.0) * interval)
     while True:
         try:

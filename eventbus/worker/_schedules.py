@@ -39,14 +39,14 @@ async def run_schedules(bus: Bus, stopping: Callable[[], bool]) -> None:
     planner = bus.schedule_planner()
     while not stopping():
         try:
-            await bus.backend.declare_schedules([s.decl() for s in bus.schedules.values()], planner)
+            await bus.backend.schedules.declare([s.decl() for s in bus.schedules.values()], planner)
             break
         except BackendError as exc:
             log.warning("recording schedules failed (%s); retrying", exc)
             await anyio.sleep(_MAX_SLEEP)
     while not stopping():
         try:
-            report = await bus.backend.tick_schedules(planner, _BATCH)
+            report = await bus.backend.schedules.tick(planner, _BATCH)
         except BackendError as exc:
             log.warning("schedule tick failed (%s); retrying", exc)
             await anyio.sleep(_MAX_SLEEP)

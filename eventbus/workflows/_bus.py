@@ -115,7 +115,7 @@ class WorkflowBus(Router):
     def workflow_commits(self) -> CommitQueue:
         """The group commit of this bus's visits (created on first use)."""
         if self._commits is None:
-            self._commits = CommitQueue(self.backend)
+            self._commits = CommitQueue(self.backend.workflows)
         return self._commits
 
     def include(self, router: Router | Machine[Any]) -> None:
@@ -191,12 +191,12 @@ class WorkflowBus(Router):
         if name not in self._registered:
             await self.register([name])  # so the first step fans out even before any worker ran
             self._registered.add(name)
-        inst, started = await self.backend.wf_start(m.name, key, m.initial.name, data)
+        inst, started = await self.backend.workflows.start(m.name, key, m.initial.name, data)
         await self._engines[m.name].maybe_sweep()
         return WorkflowRun(m.name, key, inst.run_id, inst.version, inst.status, started)
 
     async def _load(self, m: Machine[Any], key: str) -> WorkflowInstance:
-        row = await self.backend.wf_load(m.name, key)
+        row = await self.backend.workflows.load(m.name, key)
         if row is None:
             raise UnknownInstance(f"machine {m.name!r} has no instance {key!r}")
         return row
@@ -215,22 +215,22 @@ class WorkflowBus(Router):
         limit: int = 1000,
     ) -> list[Instance[Any]]:
         m = self.machine(machine)
-        return [Instance.of(m, r) for r in await self.backend.wf_list(m.name, status, state, limit)]
+        return [Instance.of(m, r) for r in await self.backend.workflows.list(m.name, status, state, limit)]
 
     async def history(self, machine: Machine[Any] | str, key: str) -> list[WorkflowHistoryRow]:
         """One row per visit or operator action, in order."""
-        return await self.backend.wf_history(self.machine(machine).name, key)
+        return await self.backend.workflows.history(self.machine(machine).name, key)
 
     async def signals(
         self, machine: Machine[Any] | str, key: str, *, open_only: bool = False
     ) -> list[WorkflowSignalRow]:
-        return await self.backend.wf_signals(self.machine(machine).name, key, open_only)
+        return await self.backend.workflows.signals(self.machine(machine).name, key, open_only)
 
     async def approvals(self, machine: Machine[Any] | str, key: str) -> list[WorkflowApprovalRow]:
-        return await self.backend.wf_approvals(self.machine(machine).name, key)
+        return await self.backend.workflows.approvals(self.machine(machine).name, key)
 
     async def workflow_counts(self, machine: Machine[Any] | str) -> dict[tuple[str, str], int]:
-        return await self.backend.wf_counts(self.machine(machine).name)
+        return await self.backend.workflows.counts(self.machine(machine).name)
 
     # -- the world talks back -------------------------------------------------------
 
@@ -245,7 +245,7 @@ class WorkflowBus(Router):
         m = self.machine(machine)
         wake = [s.name for s in m.states.values() if name in s.wake_on]
         data = msgspec.json.encode(payload)
-        return await self.backend.wf_signal(m.name, key, name, data, id, wake)
+        return await self.backend.workflows.signal(m.name, key, name, data, id, wake)
 
     async def approve(self, approval_id: int, *, by: str, reason: str | None = None) -> WorkflowApprovalRow:
         """Approve a pending request (single use, before it expires); the instance runs the state."""
@@ -260,10 +260,10 @@ class WorkflowBus(Router):
     ) -> WorkflowApprovalRow:
         if not by:
             raise ConfigurationError("say who decides: by=...")
-        decided = await self.backend.wf_decide(approval_id, status, by, reason)
+        decided = await self.backend.workflows.decide(approval_id, status, by, reason)
         if decided is not None:
             return decided
-        row = await self.backend.wf_approval(approval_id)
+        row = await self.backend.workflows.approval(approval_id)
         if row is None:
             raise UnknownApproval(f"no approval {approval_id}")
         state = "expired" if row.status == "pending" else row.status
@@ -272,7 +272,7 @@ class WorkflowBus(Router):
     # -- operating ----------------------------------------------------------------
 
     async def _commit(self, t: WorkflowTransition) -> int:
-        version = await self.backend.wf_commit(t)
+        version = await self.backend.workflows.commit(t)
         if version is None:
             raise GuardMismatch(f"{t.machine}/{t.key} moved on while this ran; nothing was changed")
         return version
@@ -369,7 +369,7 @@ class WorkflowBus(Router):
     async def _resolve_compensation(
         self, engine: Engine, inst: WorkflowInstance, outcome: str, entry: Any
     ) -> WorkflowTransition:
-        effects = await self.backend.wf_effects(inst.machine, inst.key, inst.run_id)
+        effects = await self.backend.workflows.effects(inst.machine, inst.key, inst.run_id)
         stuck = tuple(e.id for e in effects if e.status == "uncertain")
         terminal = inst.compensate_to or "FAILED"
         if outcome == "failed":
@@ -390,14 +390,14 @@ class WorkflowBus(Router):
         total = 0
         for m in machines:
             grace = m.sweep_grace if grace_seconds is None else grace_seconds
-            total += await self.backend.wf_sweep(m.name, grace)
+            total += await self.backend.workflows.sweep(m.name, grace)
         return total
 
     async def workflow_check(self, machine: Machine[Any] | str) -> list[str]:
         """Problems of live instances against the definition (states that no longer exist)."""
         m = self.machine(machine)
         problems = []
-        for (state, status), n in sorted((await self.backend.wf_counts(m.name)).items()):
+        for (state, status), n in sorted((await self.backend.workflows.counts(m.name)).items()):
             if (
                 status in ACTIVE | {"paused", "uncertain"}
                 and not m.is_state(state)

@@ -3,7 +3,7 @@
 Visits finishing together share one transaction.
 
 A visit's transition is queued; whoever holds the lock writes everything
-queued so far in one :meth:`~eventbus.backends.base.WorkflowStore.wf_commit_many`
+queued so far in one :meth:`~eventbus.backends.base.WorkflowStore.commit_many`
 (one commit, one fsync), and every waiter gets its own guarded result. While a
 batch is being written, the next one gathers, so batches grow with the load
 and a lone visit commits at once. Visits starting together read their
@@ -57,7 +57,7 @@ class CommitQueue:
 
     async def _write(self, batch: list[_Slot]) -> None:
         try:
-            versions = await self.store.wf_commit_many([s.transition for s in batch])
+            versions = await self.store.commit_many([s.transition for s in batch])
         except BackendError as exc:
             if len(batch) == 1:
                 batch[0].error, batch[0].done = exc, True
@@ -104,7 +104,7 @@ class LoadQueue:
         rows: dict[str, WorkflowInstance] = {}
         failed: BackendError | None = None
         try:
-            rows = await self.store.wf_load_many(self.machine, sorted({r.key for r in batch}))
+            rows = await self.store.load_many(self.machine, sorted({r.key for r in batch}))
         except BackendError as exc:
             failed = exc
         for r in batch:

@@ -76,11 +76,11 @@ class Engine:
         self.m = machine
         self.actor = f"worker:{socket.gethostname()}:{os.getpid()}"
         self._swept_at = -float("inf")
-        self.loads = LoadQueue(bus.backend, machine.name)
+        self.loads = LoadQueue(bus.backend.workflows, machine.name)
 
     @property
     def store(self) -> WorkflowStore:
-        return self.bus.backend
+        return self.bus.backend.workflows
 
     # -- the step handler ---------------------------------------------------------
 
@@ -139,7 +139,7 @@ class Engine:
         ctx: Context | None,
     ) -> WorkflowTransition:
         visit = inst.visits.get(state.name, 0) + 1
-        signals = await self.store.wf_signals(self.m.name, inst.key, True) if inst.has_signals else []
+        signals = await self.store.signals(self.m.name, inst.key, True) if inst.has_signals else []
         attempt = ctx.attempt if ctx is not None else 1
         sctx = StepContext(inst, state.name, visit, signals, self.m.compensations, attempt, approval)
         started = time.time()
@@ -226,7 +226,7 @@ class Engine:
         return Move(target, status, None)
 
     async def _has_effects(self, inst: WorkflowInstance) -> bool:
-        effects = await self.store.wf_effects(self.m.name, inst.key, inst.run_id)
+        effects = await self.store.effects(self.m.name, inst.key, inst.run_id)
         return any(e.status == "done" and e.compensation for e in effects)
 
     def _write(
@@ -298,7 +298,7 @@ class Engine:
         digest = spec.hash_of(data)
         rows = [
             r
-            for r in await self.store.wf_approvals(self.m.name, inst.key)
+            for r in await self.store.approvals(self.m.name, inst.key)
             if r.run_id == inst.run_id and r.state == state.name and r.consumed_version is None
         ]
         for r in (r for r in rows if r.input_hash == digest):
@@ -348,7 +348,7 @@ class Engine:
 
     async def _compensate(self, inst: WorkflowInstance, ctx: Context | None) -> WorkflowTransition:
         """Undo the last uncompensated effect of the run; at the end, enter the failure terminal."""
-        effects = await self.store.wf_effects(self.m.name, inst.key, inst.run_id)
+        effects = await self.store.effects(self.m.name, inst.key, inst.run_id)
         todo = [e for e in effects if e.status == "done" and e.compensation]
         terminal = inst.compensate_to or FAILED
         visit = inst.visits.get(COMPENSATING, 0) + 1
@@ -407,6 +407,6 @@ class Engine:
         if now - self._swept_at < self.m.sweep_interval:
             return
         self._swept_at = now
-        found = await self.store.wf_sweep(self.m.name, self.m.sweep_grace)
+        found = await self.store.sweep(self.m.name, self.m.sweep_grace)
         if found:
             log.warning("re-published %d lost steps of %s", found, self.m.name)

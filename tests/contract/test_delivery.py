@@ -196,7 +196,7 @@ async def test_expired_lease_is_recovered_and_completed_once(bus) -> None:
     await drain(bus)
     await bus.publish(OrderPlaced(order_id="o-1"))
     # A worker that claims and then dies: nothing renews the lease.
-    (claimed,) = await bus.backend.claim(1, 10, 0.3, "00000000-0000-4000-8000-000000000001")
+    (claimed,) = await bus.backend.deliveries.claim(1, 10, 0.3, "00000000-0000-4000-8000-000000000001")
     assert claimed.attempts == 1
     await anyio.sleep(0.5)
     await drain(bus)
@@ -214,15 +214,15 @@ async def test_stale_completion_is_rejected_and_its_follow_ups_dropped(bus) -> N
     await drain(bus)
     await bus.publish(OrderPlaced(order_id="o-1"))
     worker_a = "00000000-0000-4000-8000-00000000000a"
-    (old,) = await bus.backend.claim(1, 1, 0.2, worker_a)
+    (old,) = await bus.backend.deliveries.claim(1, 1, 0.2, worker_a)
     await anyio.sleep(0.3)
-    assert await bus.backend.recover_expired() == 1
-    (new,) = await bus.backend.claim(1, 1, 30, worker_a)
+    assert await bus.backend.deliveries.recover_expired() == 1
+    (new,) = await bus.backend.deliveries.claim(1, 1, 30, worker_a)
     assert new.id == old.id and new.lease_token != old.lease_token
     follow = bus.outgoing(PaymentRequested(order_id="o-1"))
-    assert await bus.backend.complete([Completion(old.id, old.lease_token, (follow,))]) == set()
+    assert await bus.backend.deliveries.complete([Completion(old.id, old.lease_token, (follow,))]) == set()
     assert (await bus.status()).events == 1
-    assert await bus.backend.complete([Completion(new.id, new.lease_token, (follow,))]) == {
+    assert await bus.backend.deliveries.complete([Completion(new.id, new.lease_token, (follow,))]) == {
         (new.id, new.lease_token)
     }
     assert (await bus.status()).events == 2
@@ -235,8 +235,8 @@ async def test_release_hands_back_without_counting(bus) -> None:
 
     await drain(bus)
     await bus.publish(OrderPlaced(order_id="o-1"))
-    (claimed,) = await bus.backend.claim(1, 1, 30, "00000000-0000-4000-8000-000000000001")
-    assert await bus.backend.release([claimed.id], claimed.lease_token) == 1
+    (claimed,) = await bus.backend.deliveries.claim(1, 1, 30, "00000000-0000-4000-8000-000000000001")
+    assert await bus.backend.deliveries.release([claimed.id], claimed.lease_token) == 1
     d = await bus.delivery(claimed.id)
     assert d.status == "pending" and d.attempts == 0
 
@@ -251,13 +251,13 @@ async def test_ordered_subscription_processes_one_per_key(bus) -> None:
         await bus.publish(OrderPlaced(order_id=f"a{i}"), ordering_key="customer-a")
         await bus.publish(OrderPlaced(order_id=f"b{i}"), ordering_key="customer-b")
     worker = "00000000-0000-4000-8000-000000000001"
-    first = await bus.backend.claim(1, 10, 30, worker, True)
+    first = await bus.backend.deliveries.claim(1, 10, 30, worker, True)
     assert sorted(d.ordering_key for d in first) == ["customer-a", "customer-b"]
-    assert await bus.backend.claim(1, 10, 30, worker, True) == []
-    await bus.backend.complete([Completion(d.id, d.lease_token) for d in first])
-    second = await bus.backend.claim(1, 10, 30, worker, True)
+    assert await bus.backend.deliveries.claim(1, 10, 30, worker, True) == []
+    await bus.backend.deliveries.complete([Completion(d.id, d.lease_token) for d in first])
+    second = await bus.backend.deliveries.claim(1, 10, 30, worker, True)
     assert len(second) == 2
-    await bus.backend.release([d.id for d in second], second[0].lease_token)
+    await bus.backend.deliveries.release([d.id for d in second], second[0].lease_token)
     await drain(bus)
     assert (await counts(bus))[("per-customer", "completed")] == 6
 

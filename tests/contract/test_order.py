@@ -93,21 +93,21 @@ async def test_release_recovery_and_replay_keep_a_deliverys_place(bus) -> None:
 
     (sub_id,) = (await bus.register()).values()
     await bus.publish_many(_steps("a", 3))
-    (head,) = await bus.backend.claim(sub_id, 10, 30, WORKER, True)
-    assert await bus.backend.claim(sub_id, 10, 30, WORKER, True) == []
-    await bus.backend.release([head.id], head.lease_token)
-    (again,) = await bus.backend.claim(sub_id, 10, 0.2, WORKER, True)
+    (head,) = await bus.backend.deliveries.claim(sub_id, 10, 30, WORKER, True)
+    assert await bus.backend.deliveries.claim(sub_id, 10, 30, WORKER, True) == []
+    await bus.backend.deliveries.release([head.id], head.lease_token)
+    (again,) = await bus.backend.deliveries.claim(sub_id, 10, 0.2, WORKER, True)
     assert again.id == head.id
     await anyio.sleep(0.4)
-    assert await bus.backend.recover_expired() == 1
-    (third,) = await bus.backend.claim(sub_id, 10, 30, WORKER, True)
+    assert await bus.backend.deliveries.recover_expired() == 1
+    (third,) = await bus.backend.deliveries.claim(sub_id, 10, 30, WORKER, True)
     assert third.id == head.id and third.attempts == 2
-    assert await bus.backend.fail([_dead(third)]) == {(third.id, third.lease_token)}
-    (second,) = await bus.backend.claim(sub_id, 10, 30, WORKER, True)  # the key moved on
+    assert await bus.backend.deliveries.fail([_dead(third)]) == {(third.id, third.lease_token)}
+    (second,) = await bus.backend.deliveries.claim(sub_id, 10, 30, WORKER, True)  # the key moved on
     assert second.id != head.id
-    await bus.backend.release([second.id], second.lease_token)
-    assert await bus.backend.replay_ids([head.id]) == 1
-    (replayed,) = await bus.backend.claim(sub_id, 10, 30, WORKER, True)
+    await bus.backend.deliveries.release([second.id], second.lease_token)
+    assert await bus.backend.operate.replay([head.id]) == 1
+    (replayed,) = await bus.backend.deliveries.claim(sub_id, 10, 30, WORKER, True)
     assert replayed.id == head.id  # back at its place, before the rest of its key
 
 

@@ -34,10 +34,10 @@ TWICE = RetryPolicy(max_attempts=2, base_delay_seconds=0.0, jitter=0.0)
 
 async def _taken_over(bus, lease: float = 0.2):
     """One delivery claimed twice: the first lease ran out and was recovered."""
-    (old,) = await bus.backend.claim(1, 1, lease, WORKER_A)
+    (old,) = await bus.backend.deliveries.claim(1, 1, lease, WORKER_A)
     await anyio.sleep(lease + 0.1)
-    assert await bus.backend.recover_expired() == 1
-    (new,) = await bus.backend.claim(1, 1, 30, WORKER_A)
+    assert await bus.backend.deliveries.recover_expired() == 1
+    (new,) = await bus.backend.deliveries.claim(1, 1, 30, WORKER_A)
     assert new.id == old.id and new.lease_token != old.lease_token
     return old, new
 
@@ -62,7 +62,7 @@ async def test_stale_and_fresh_completion_in_one_batch_commit_only_fresh_follow_
     old, new = await _taken_over(bus)
     stale = Completion(old.id, old.lease_token, (bus.outgoing(PaymentRequested(order_id="stale")),))
     fresh = Completion(new.id, new.lease_token, (bus.outgoing(PaymentRequested(order_id="fresh")),))
-    accepted = await bus.backend.complete([stale, fresh])
+    accepted = await bus.backend.deliveries.complete([stale, fresh])
     assert (await bus.status()).events == 2  # the order and the fresh run's follow-up only
     assert accepted == {(new.id, new.lease_token)}
 
@@ -79,7 +79,7 @@ async def test_stale_and_fresh_failure_in_one_batch_record_only_the_fresh_attemp
     def failure(lease_token: str, message: str) -> Failure:
         return Failure(old.id, lease_token, False, 0.0, "ValueError", message, "", 0.1, WORKER_A)
 
-    failed = await bus.backend.fail([failure(old.lease_token, "stale"), failure(new.lease_token, "fresh")])
+    failed = await bus.backend.deliveries.fail([failure(old.lease_token, "stale"), failure(new.lease_token, "fresh")])
     detail = await bus.delivery(new.id)
     assert [(a.error_type, a.message) for a in detail.history] == [
         ("LeaseExpired", "the worker stopped renewing its lease"),
@@ -103,7 +103,7 @@ async def test_refused_stale_result_keeps_the_current_claim_renewed(target, make
         async def recover() -> int:
             other = target.bus()
             try:
-                return await other.backend.recover_expired()
+                return await other.backend.deliveries.recover_expired()
             finally:
                 await other.aclose()
 

@@ -47,14 +47,14 @@ async def test_paused_subscription_does_not_spin_a_waiting_worker(bus) -> None:
     await bus.pause_subscription("charge")
     await bus.publish(OrderPlaced(order_id="held"))
     claims = 0
-    original = bus.backend.claim
+    original = bus.backend.deliveries.claim
 
     async def counting_claim(*args, **kwargs):
         nonlocal claims
         claims += 1
         return await original(*args, **kwargs)
 
-    bus.backend.claim = counting_claim
+    bus.backend.deliveries.claim = counting_claim
     worker = Worker(bus, poll_interval_seconds=0.2)
     async with anyio.create_task_group() as tg:
         tg.start_soon(worker.run)
@@ -105,7 +105,7 @@ async def test_list_reports_when_a_worker_last_served(bus) -> None:
     assert served.worker_seen_at is not None and served.silent_seconds is not None
     await anyio.sleep(0.3)
     sub_id = (await bus.register())["charge"]
-    await bus.backend.worker_beat("00000000-0000-4000-8000-000000000001", subscription_ids=[sub_id])
+    await bus.backend.deliveries.worker_beat("00000000-0000-4000-8000-000000000001", subscription_ids=[sub_id])
     (beaten,) = await bus.list_subscriptions()
     assert beaten.worker_seen_at is not None and beaten.worker_seen_at > served.worker_seen_at
     report = await bus.status()
@@ -124,10 +124,10 @@ async def test_removing_again_cancels_what_a_running_delivery_left_pending(bus) 
     sub_id = (await bus.register())["gone"]
     await bus.publish(OrderPlaced(order_id="running"))
     worker_id = "00000000-0000-4000-8000-000000000002"
-    (claimed,) = await bus.backend.claim(sub_id, 10, 30.0, worker_id)
+    (claimed,) = await bus.backend.deliveries.claim(sub_id, 10, 30.0, worker_id)
     assert await bus.remove_subscription("gone") == 0  # it is processing, not pending
     retry = Failure(claimed.id, claimed.lease_token, False, 0.0, "RuntimeError", "x", "", 0.0, worker_id)
     # back to pending, on a removed subscription
-    assert await bus.backend.fail([retry]) == {(claimed.id, claimed.lease_token)}
+    assert await bus.backend.deliveries.fail([retry]) == {(claimed.id, claimed.lease_token)}
     assert await bus.remove_subscription("gone") == 1
     assert await counts(bus) == {("gone", "cancelled"): 1}

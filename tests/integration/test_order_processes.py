@@ -142,7 +142,7 @@ async def test_an_idle_peer_picks_up_a_handed_back_delivery_before_its_poll(
     (sub_id,) = (await bus.register()).values()
     await _publish(bus, ["x"], 1)
     lease = 4.0
-    (held,) = await bus.backend.claim(sub_id, 1, lease, HOLDER, True)
+    (held,) = await bus.backend.deliveries.claim(sub_id, 1, lease, HOLDER, True)
     claimed_at = time.monotonic()
     peer = _worker(procs, target, records, "--poll-interval", "30", "--recovery-interval", "30")
     await _publish(bus, ["warm-up"], 1)
@@ -150,13 +150,13 @@ async def test_an_idle_peer_picks_up_a_handed_back_delivery_before_its_poll(
     await anyio.sleep(1.0)  # the peer is idle now, waiting up to 30 s
     assert not _has(records, "start", "x", 0)()
     if how == "release":
-        assert await bus.backend.release([held.id], held.lease_token) == 1
+        assert await bus.backend.deliveries.release([held.id], held.lease_token) == 1
     elif how == "retry":
         retry = Failure(held.id, held.lease_token, False, 0.3, "Boom", "boom", "", 0.0, HOLDER)
-        assert await bus.backend.fail([retry]) == {(held.id, held.lease_token)}
+        assert await bus.backend.deliveries.fail([retry]) == {(held.id, held.lease_token)}
     else:
         await anyio.sleep(max(0.0, claimed_at + lease + 0.2 - time.monotonic()))
-        assert await bus.backend.recover_expired() == 1
+        assert await bus.backend.deliveries.recover_expired() == 1
     handed_back = time.monotonic()
     await _until(_has(records, "done", "x", 0), 10, procs)
     assert time.monotonic() - handed_back < 5.0

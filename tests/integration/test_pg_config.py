@@ -71,7 +71,7 @@ async def test_a_value_the_driver_cannot_encode_is_refused_not_unavailable(pg_ta
     try:
         bad = OutgoingEvent(event_type="test.order_placed", payload=b"{}", key=42)  # type: ignore[arg-type]
         with pytest.raises(BackendError) as caught:
-            await bus.backend.publish([bad])
+            await bus.backend.deliveries.publish([bad])
         assert not isinstance(caught.value, BackendUnavailable)
     finally:
         await bus.aclose()

@@ -51,7 +51,7 @@ async def _flushed_seq_scans(bus: Bus, dsn: str, schema: str) -> int:
     deliveries.
     """
     await anyio.sleep(1.2)
-    await bus.backend.worker_beat(str(uuid.uuid4()))
+    await bus.backend.deliveries.worker_beat(str(uuid.uuid4()))
     await anyio.sleep(0.2)
     return await _seq_scans(dsn, schema)
 
@@ -59,7 +59,7 @@ async def _flushed_seq_scans(bus: Bus, dsn: str, schema: str) -> int:
 async def _publish_and_claim(bus: Bus, sub_id: int, times: int) -> None:
     for i in range(times):
         await bus.publish(OrderPlaced(order_id=f"o{i}"))
-        claimed = await bus.backend.claim(sub_id, 10, 30.0, str(uuid.uuid4()))
+        claimed = await bus.backend.deliveries.claim(sub_id, 10, 30.0, str(uuid.uuid4()))
         assert len(claimed) == 1
 
 
@@ -100,8 +100,8 @@ async def test_lease_expired_before_the_sweep_window_is_still_recovered(
         await bus.migrate()
         sub_id = (await bus.register())["h"]
         await bus.publish(OrderPlaced(order_id="stale"))
-        (claimed,) = await bus.backend.claim(sub_id, 10, 30.0, str(uuid.uuid4()))
-        assert await bus.backend.recover_expired() == 0  # from the start; sets the window
+        (claimed,) = await bus.backend.deliveries.claim(sub_id, 10, 30.0, str(uuid.uuid4()))
+        assert await bus.backend.deliveries.recover_expired() == 0  # from the start; sets the window
         conn = await asyncpg.connect(pg_target.dsn)
         try:  # as if its lease ran out an hour ago, unseen by the sweeps since
             await conn.execute(
@@ -111,9 +111,9 @@ async def test_lease_expired_before_the_sweep_window_is_still_recovered(
             )
         finally:
             await conn.close()
-        assert await bus.backend.recover_expired() == 0  # the window starts after it
+        assert await bus.backend.deliveries.recover_expired() == 0  # the window starts after it
         await anyio.sleep(1.1)
-        assert await bus.backend.recover_expired() == 1  # the sweep from the start
+        assert await bus.backend.deliveries.recover_expired() == 1  # the sweep from the start
         assert (await bus.delivery(claimed.id)).status == "pending"
     finally:
         await bus.aclose()

@@ -69,7 +69,7 @@ async def test_completion_that_cannot_commit_leaves_no_follow_ups(pg_bus, pg_tar
 
     await drain(pg_bus)
     await pg_bus.publish(OrderPlaced(order_id="o-1"))
-    (claimed,) = await pg_bus.backend.claim(1, 1, 30, "00000000-0000-4000-8000-000000000001")
+    (claimed,) = await pg_bus.backend.deliveries.claim(1, 1, 30, "00000000-0000-4000-8000-000000000001")
     s = pg_target.schema
     conn = await asyncpg.connect(pg_target.dsn)
     try:  # the follow-up insert fails inside the completing transaction
@@ -81,7 +81,7 @@ async def test_completion_that_cannot_commit_leaves_no_follow_ups(pg_bus, pg_tar
         """)
         follow = pg_bus.outgoing(PaymentRequested(order_id="o-1"))
         with pytest.raises(Exception, match="disk full"):
-            await pg_bus.backend.complete([Completion(claimed.id, claimed.lease_token, (follow,))])
+            await pg_bus.backend.deliveries.complete([Completion(claimed.id, claimed.lease_token, (follow,))])
         assert await conn.fetchval(f'SELECT count(*) FROM "{s}".events') == 1
         status = await conn.fetchval(f'SELECT status FROM "{s}".deliveries WHERE id = $1', claimed.id)
         assert status == "processing"
@@ -323,7 +323,7 @@ async def test_lease_renewal_does_not_wait_for_a_row_held_by_a_result_write(pg_b
 
     sub_id = (await pg_bus.register())["h"]
     await pg_bus.publish_many([OrderPlaced(order_id="a"), OrderPlaced(order_id="b")])
-    first, second = await pg_bus.backend.claim(sub_id, 10, 30.0, "00000000-0000-0000-0000-000000000001")
+    first, second = await pg_bus.backend.deliveries.claim(sub_id, 10, 30.0, "00000000-0000-0000-0000-000000000001")
     holder = await asyncpg.connect(pg_target.dsn)
     try:
         tx = holder.transaction()
@@ -332,7 +332,7 @@ async def test_lease_renewal_does_not_wait_for_a_row_held_by_a_result_write(pg_b
             f'SELECT 1 FROM "{pg_target.schema}".deliveries WHERE id = $1 FOR UPDATE', first.id
         )
         with anyio.fail_after(5):
-            kept = await pg_bus.backend.extend([first.id, second.id], first.lease_token, 60.0)
+            kept = await pg_bus.backend.deliveries.extend([first.id, second.id], first.lease_token, 60.0)
         await tx.rollback()
         rows = await holder.fetch(
             f'SELECT id, lease_until - now() AS left FROM "{pg_target.schema}".deliveries WHERE id = ANY($1)',

@@ -128,12 +128,12 @@ async def test_workers_prune_periodically(make_bus) -> None:
 
 
 async def test_one_pruner_at_a_time(bus) -> None:
-    async with bus.backend.prune_lock() as first:
-        async with bus.backend.prune_lock() as second:
+    async with bus.backend.retention.lock() as first:
+        async with bus.backend.retention.lock() as second:
             assert first and not second
         report = await bus.prune()
         assert report.skipped and report.batches == 0
-    async with bus.backend.prune_lock() as again:
+    async with bus.backend.retention.lock() as again:
         assert again
 
 
@@ -141,7 +141,7 @@ async def test_pg_pruner_lock_is_held_across_connections(pg_target) -> None:
     a, b = pg_target.bus(), pg_target.bus()
     await a.migrate()
     try:
-        async with a.backend.prune_lock() as held:
+        async with a.backend.retention.lock() as held:
             assert held
             assert (await b.prune()).skipped
         assert not (await b.prune()).skipped
@@ -167,7 +167,7 @@ async def test_pg_pruner_lock_is_released_when_the_pass_is_cancelled(pg_target) 
     await a.migrate()
     try:
         with anyio.move_on_after(0.1):
-            async with a.backend.prune_lock() as held:
+            async with a.backend.retention.lock() as held:
                 assert held
                 await anyio.sleep(10)
         assert not (await b.prune()).skipped  # the pooled connection did not keep the lock

@@ -165,7 +165,7 @@ async def test_jitter_delays_a_firing_but_never_past_the_next_occurrence(
     bus = await _fast(make_bus, overlap="allow", jitter=timedelta(hours=1))
     await _tick_after(bus, 0.25)
     ids = await bus.register(["slow"])
-    delay = await bus.backend.next_run_in(ids["slow"])
+    delay = await bus.backend.deliveries.next_run_in(ids["slow"])
     assert delay is not None and delay <= FAST.total_seconds()
 
 

@@ -184,7 +184,7 @@ async def test_stale_and_duplicate_steps_are_no_ops(fbus: Bus) -> None:
     # Three copies of the current step and one of an old version.
     steps = [workflow_step("flow", "dup-1", waiting.version, f"copy{i}") for i in range(3)]
     steps.append(workflow_step("flow", "dup-1", waiting.version - 2, "old"))
-    await fbus.backend.publish(steps)
+    await fbus.backend.deliveries.publish(steps)
     await finish(fbus, flow, ["dup-1"])
     assert visits_of("dup-1")[before:] == [("POLL", 2)]
     rows = await fbus.history(flow, "dup-1")

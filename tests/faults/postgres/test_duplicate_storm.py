@@ -32,7 +32,7 @@ async def test_duplicate_storm(fault_target, db) -> None:
     pool = await asyncpg.create_pool(fault_target.dsn, min_size=TASKS, max_size=TASKS)
     try:
         async with bus:
-            await bus.backend.register(
+            await bus.backend.deliveries.register(
                 [
                     SubscriptionSpec("audit", "fault.audit", 5, 30.0),
                     SubscriptionSpec("audit2", "fault.audit", 5, 30.0),

@@ -1,0 +1,50 @@
+"""One row-to-struct conversion for every backend.
+
+A driver row (an asyncpg ``Record`` or a ``sqlite3.Row``) is a mapping of
+column names to values; :func:`row_as` turns it into the port's struct with
+msgspec, which checks each field's type on the way. Columns the struct does
+not declare are ignored. JSON columns are named in ``json`` and decoded
+first; SQLite's ISO-8601 text times become ``datetime`` through msgspec's
+lenient conversion (``strict=False``), as do its 0/1 booleans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import orjson
+
+__all__ = ["row_as", "rows_as"]
+
+T = TypeVar("T")
+
+
+def _mapping(row: Any, json: Sequence[str], renames: Mapping[str, str] | None) -> dict[str, Any]:
+    data = {key: row[key] for key in row.keys()}
+    for name in json:
+        value = data.get(name)
+        if isinstance(value, (str, bytes)):
+            data[name] = orjson.loads(value)
+    if renames:
+        for old, new in renames.items():
+            if old in data:
+                data[new] = data.pop(old)
+    return data
+
+
+def row_as(
+    cls: type[T], row: Any, *, json: Sequence[str] = (), renames: Mapping[str, str] | None = None, **extra: Any
+) -> T:
+    """``row`` as a ``cls``: its columns by name, ``json`` columns decoded, ``extra`` fields added."""
+    data = _mapping(row, json, renames)
+    data.update(extra)
+    return msgspec.convert(data, cls, strict=False)
+
+
+def rows_as(
+    cls: type[T], rows: Iterable[Any], *, json: Sequence[str] = (), renames: Mapping[str, str] | None = None
+) -> list[T]:
+    """:func:`row_as` for each of ``rows``, in order."""
+    return [row_as(cls, row, json=json, renames=renames) for row in rows]

@@ -1,0 +1,69 @@
+"""The ports a storage backend provides, one module each.
+
+- :mod:`.delivery`: :class:`DeliveryStore` (the hot path: publish, claim,
+  results, leases) and :class:`Wakeups` (a waiting worker learns that work may
+  have arrived).
+- :mod:`.inspect`: :class:`Inspector`, read-only views for the CLI and the dashboard.
+- :mod:`.operate`: :class:`Operator`, guarded admin writes to named ids.
+- :mod:`.retention`: :class:`RetentionStore`, deleting what retention no longer keeps.
+- :mod:`.schedules`: :class:`ScheduleStore`, schedules and their occurrences.
+- :mod:`.workflows`: :class:`WorkflowStore`, state-machine pointers and history.
+- :mod:`.schema`: :class:`SchemaStore`, migrations.
+
+The docstrings are the contract; ``tests/contract/<port>/`` tests it on every backend.
+"""
+
+from .delivery import (
+    ClaimedDelivery,
+    Completion,
+    DeliveryStore,
+    Failure,
+    LeaseKey,
+    OutgoingEvent,
+    SubscriptionSpec,
+    Wakeups,
+    decode_headers,
+    warn_not_active,
+)
+from .inspect import Inspector
+from .operate import Operator
+from .retention import PruneBatch, RetentionStore
+from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
+from .schema import SchemaStore
+from .workflows import (
+    WorkflowApprovalRequest,
+    WorkflowEffect,
+    WorkflowHistoryEntry,
+    WorkflowStore,
+    WorkflowTransition,
+    workflow_step,
+)
+
+__all__ = [
+    "ClaimedDelivery",
+    "Completion",
+    "DeliveryStore",
+    "Failure",
+    "Inspector",
+    "LeaseKey",
+    "Operator",
+    "OutgoingEvent",
+    "PlannedOccurrence",
+    "PruneBatch",
+    "RetentionStore",
+    "ScheduleDecl",
+    "SchedulePlanner",
+    "ScheduleStore",
+    "SchemaStore",
+    "SubscriptionSpec",
+    "TickPlan",
+    "Wakeups",
+    "WorkflowApprovalRequest",
+    "WorkflowEffect",
+    "WorkflowHistoryEntry",
+    "WorkflowStore",
+    "WorkflowTransition",
+    "decode_headers",
+    "warn_not_active",
+    "workflow_step",
+]

@@ -1,0 +1,89 @@
+"""Read-only views for the CLI and the dashboard."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ...types import (
+    ChainEvent,
+    DeliveryDetail,
+    DeliveryFilter,
+    DeliveryId,
+    DeliveryRow,
+    EventView,
+    StatusDetails,
+    StatusReport,
+    SubscriptionInfo,
+)
+
+__all__ = ["Inspector"]
+
+
+class Inspector(Protocol):
+    """Read-only views for the CLI and a dashboard."""
+
+    async def status(self) -> StatusReport:
+        """Delivery counts by subscription and status, the oldest runnable age, workers."""
+        ...
+
+
+
+    async def show(self, delivery_id: int) -> DeliveryDetail:
+        """One delivery with its event and failure history; :class:`NotFound` if absent."""
+        ...
+
+    async def subscriptions(self) -> list[SubscriptionInfo]:
+        """Every recorded subscription by name, with state, last worker report and backlog."""
+        ...
+
+    async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
+        """The correlation chain ``event_id`` belongs to, flat and oldest first.
+
+        The root (the chain's first event) and every event correlated to it, up
+        to ``limit``, each with its deliveries; ``children`` are left empty
+        (:meth:`Bus.trace` builds the tree). :class:`NotFound` if no such event.
+        """
+        ...
+
+    async def health(self) -> StatusDetails:
+        """Every event type in the log, each subscription's queue, and storage health.
+
+        Reads partial indexes and bounded windows only, so it stays fast at
+        millions of rows; counts that are bounded say so in their ``*_capped``
+        flag. Tables and the xmin horizon are PostgreSQL's (empty on SQLite).
+        """
+        ...
+
+    async def find(
+        self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
+    ) -> list[DeliveryRow]:
+        """Deliveries matching ``flt``, newest (highest id) first, below ``before_id`` when given.
+
+        The cursor is the last id of the previous page, so paging stays one
+        index range scan however deep it goes.
+        """
+        ...
+
+    async def count(self, flt: DeliveryFilter, cap: int) -> int:
+        """How many deliveries match ``flt``, counting no further than ``cap + 1``.
+
+        A result above ``cap`` means "more than cap": the count stops there so
+        that it stays fast on millions of rows.
+        """
+        ...
+
+    async def event(self, event_id: int) -> EventView:
+        """One event with its payload, headers and every delivery with its history.
+
+        :class:`NotFound` if there is no such event.
+        """
+        ...
+
+    async def delivery_ids(self, flt: DeliveryFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+        """Ids of deliveries matching ``flt`` above ``after_id``, in id order, at most ``limit``.
+
+        The walk behind bulk replay, purge and cancel: each batch is one index
+        range read from where the previous one stopped, so a walk over millions
+        of rows never rereads what it passed.
+        """
+        ...

@@ -1,0 +1,49 @@
+"""Guarded admin writes by id."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+__all__ = ["Operator"]
+
+
+class Operator(Protocol):
+    """Guarded admin writes by id: each touches only rows still in the expected state."""
+
+    async def replay(self, ids: Sequence[int]) -> int:
+        """Dead -> pending with attempts reset and the replay counted; returns how many moved."""
+        ...
+
+    async def purge(self, ids: Sequence[int]) -> int:
+        """Delete dead deliveries and their attempt history; returns how many."""
+        ...
+
+    async def cancel(self, ids: Sequence[int]) -> int:
+        """Pending -> cancelled; returns how many moved."""
+        ...
+
+    async def pause_subscription(self, name: str) -> bool:
+        """Active -> paused: fan-out goes on, claims stop. False if it was not active.
+
+        :class:`NotFound` if no subscription has this name.
+        """
+        ...
+
+    async def resume_subscription(self, name: str) -> bool:
+        """Paused or removed -> active, waking workers for its backlog. False if it was active.
+
+        :class:`NotFound` if no subscription has this name.
+        """
+        ...
+
+    async def remove_subscription(self, name: str) -> int:
+        """Mark removed and cancel its pending deliveries, in one transaction.
+
+        Fan-out and claims skip a removed subscription from the commit on; its
+        dead deliveries stay for inspection and purge. Removing it again
+        cancels what came back to pending since (a delivery that was running).
+        Returns how many pending deliveries were cancelled; :class:`NotFound`
+        if no subscription has this name.
+        """
+        ...

@@ -1,0 +1,219 @@
+"""State-machine pointers, history, signals, approvals and effects."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import msgspec
+import orjson
+
+from ...types import (
+    WorkflowApprovalRow,
+    WorkflowEffectRow,
+    WorkflowHistoryRow,
+    WorkflowInstance,
+    WorkflowSignalRow,
+)
+from .delivery import OutgoingEvent
+
+__all__ = [
+    "WorkflowApprovalRequest",
+    "WorkflowEffect",
+    "WorkflowHistoryEntry",
+    "WorkflowStore",
+    "WorkflowTransition",
+    "workflow_step",
+]
+
+
+def workflow_step(machine: str, key: str, version: int, reason: str, delay: float = 0.0) -> OutgoingEvent:
+    """The internal step event that runs one visit of ``(machine, key)`` at ``version``.
+
+    Its dedupe key names the version and the reason, so each cause publishes
+    at most one step per version; its ordering key is the instance, so the
+    machine's ordered subscription never runs two visits of it at once.
+    """
+    return OutgoingEvent(
+        event_type=f"wf.step.{machine}",
+        payload=orjson.dumps({"key": key, "version": version, "reason": reason}),
+        key=f"wf/{machine}/{key}/v{version}/{reason}",
+        delay_seconds=max(0.0, delay),
+        ordering_key=f"{machine}/{key}",
+    )
+
+
+class WorkflowHistoryEntry(msgspec.Struct, frozen=True):
+    """The history row a transition appends (the version is the one it commits)."""
+
+    state: str
+    visit: int
+    outcome: str
+    actor: str
+    yielded: bool = False
+    error_code: str | None = None
+    error: str | None = None
+    reason: str | None = None
+    delivery_id: int | None = None
+    started_at: float | None = None
+    """Epoch seconds when the visit started; None means the commit time."""
+
+
+class WorkflowEffect(msgspec.Struct, frozen=True):
+    """An irreversible effect recorded with a transition, for compensation."""
+
+    state: str
+    op_key: str
+    kind: str
+    ref: str
+    compensation: str | None
+
+
+class WorkflowApprovalRequest(msgspec.Struct, frozen=True):
+    """A new pending approval, tied to the hash of its exact input."""
+
+    state: str
+    input: bytes
+    input_hash: str
+    timeout_seconds: float
+
+
+class WorkflowTransition(msgspec.Struct, frozen=True):
+    """Everything one transition writes, applied in one transaction or not at all.
+
+    Guarded by ``expected_version`` (and by ``lease`` = (delivery id, lease
+    token) when a visit commits it): when the pointer moved on, nothing is
+    written. ``step`` is the reason of the next step event (None: none is
+    published), due after ``step_delay`` seconds, or at once when an open
+    signal named in ``wake_on`` exists.
+    """
+
+    machine: str
+    key: str
+    expected_version: int
+    run_id: int
+    state: str
+    status: str
+    visits: dict[str, int]
+    checkpoint: bytes
+    entered: bool
+    attempts: int = 0
+    error_code: str | None = None
+    error: str | None = None
+    held_state: str | None = None
+    compensate_to: str | None = None
+    new_run: bool = False
+    step: str | None = None
+    step_delay: float = 0.0
+    next_run_in: float | None = None
+    wake_on: tuple[str, ...] = ()
+    history: WorkflowHistoryEntry | None = None
+    consume_signals: tuple[int, ...] = ()
+    effects: tuple[WorkflowEffect, ...] = ()
+    effect_status: tuple[tuple[int, str], ...] = ()
+    approval_request: WorkflowApprovalRequest | None = None
+    approval_updates: tuple[tuple[int, str, str], ...] = ()
+    """(approval id, expected status, new status), each guarded by the expected status."""
+    lease: tuple[int, str] | None = None
+
+
+class WorkflowStore(Protocol):
+    """Pointers, history, signals, approvals and effects of state machines.
+
+    Guarantees: every pointer write is one guarded statement (``version`` as
+    read, plus the status for starts and approvals); a transition's pointer
+    update, history row, signal consumption, ledger rows and next step event
+    commit together or not at all; a step event is only ever published in the
+    transaction that makes its version current, so a step for an old version
+    is a no-op by construction.
+    """
+
+    async def start(
+        self, machine: str, key: str, state: str, checkpoint: bytes
+    ) -> tuple[WorkflowInstance, bool]:
+        """Create the instance (or a new run of a finished one) and publish its first step.
+
+        Returns the instance and whether a run was started; a live run is left
+        alone and returned with False.
+        """
+        ...
+
+    async def load(self, machine: str, key: str) -> WorkflowInstance | None:
+        """The pointer as committed, with ``has_signals`` telling whether open signals exist."""
+        ...
+
+    async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        """As :meth:`load` for many keys of one machine in one query; absent keys are left out."""
+        ...
+
+    async def commit(self, t: WorkflowTransition) -> int | None:
+        """Apply ``t`` atomically; return the new version, or None when the guard refused it."""
+        ...
+
+    async def commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        """As :meth:`commit` for each, in one transaction (one commit for the batch).
+
+        Each transition is guarded on its own: a refused one writes nothing and
+        does not affect the others. Results are in input order.
+        """
+        ...
+
+    async def list(
+        self, machine: str, status: str | None, state: str | None, limit: int
+    ) -> list[WorkflowInstance]:
+        """Instances of a machine, by key, optionally filtered by status and state."""
+        ...
+
+    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
+        """Instances per (state, status)."""
+        ...
+
+    async def history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:
+        """Every history row of an instance, in version order."""
+        ...
+
+    async def signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
+        """Signals of an instance in arrival order (only unconsumed ones with ``open_only``)."""
+        ...
+
+    async def signal(
+        self,
+        machine: str,
+        key: str,
+        name: str,
+        payload: bytes,
+        dedupe: str | None,
+        wake_states: Sequence[str],
+    ) -> bool:
+        """Store a signal (False when its dedupe id was already taken).
+
+        In the same transaction, an instance that is ``waiting`` in one of
+        ``wake_states`` gets a step event for its current version.
+        """
+        ...
+
+    async def approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
+        """Every approval of an instance, oldest first."""
+        ...
+
+    async def approval(self, approval_id: int) -> WorkflowApprovalRow | None:
+        """One approval by id."""
+        ...
+
+    async def decide(
+        self, approval_id: int, status: str, by: str, reason: str | None
+    ) -> WorkflowApprovalRow | None:
+        """Pending and unexpired -> ``status``, recording who and why; None when the guard refused.
+
+        The instance, if still ``waiting_approval``, gets a step event in the same transaction.
+        """
+        ...
+
+    async def effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
+        """The effects recorded in one run, in the order they were recorded."""
+        ...
+
+    async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
+        """Publish a step for live instances due for over ``grace_seconds`` that have no step
+        pending or processing (their tick was lost); return how many."""
+        ...
