@@ -45,10 +45,19 @@ def render(sql: str, schema: str) -> str:
 
 
 def load_queries(backend: str, schema: str) -> dict[str, str]:
-    """Parse the named blocks of ``eventbus/backends/<backend>/queries.sql``."""
-    text = resources.files(f"eventbus.backends.{backend}").joinpath("queries.sql").read_text("utf-8")
-    parts = _NAME_RE.split(text)
+    """Parse the named blocks of every ``eventbus/backends/<backend>/queries/*.sql`` file.
+
+    One file per port (``delivery.sql``, ``inspect.sql``, …), read in name
+    order; a name defined twice, in one file or in two, is refused.
+    """
+    folder = resources.files(f"eventbus.backends.{backend}").joinpath("queries")
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        queries[name] = render(body.strip().rstrip(";"), schema)
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _NAME_RE.split(entry.read_text("utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ConfigurationError(f"query {name!r} is defined twice in {backend}/queries")
+            queries[name] = render(body.strip().rstrip(";"), schema)
     return queries
