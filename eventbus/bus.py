@@ -31,12 +31,10 @@ from .retention import Pruner, PruneReport, Retention
 from .schedules import Planner, window
 from .types import (
     ChainEvent,
-    DeadLetterFilter,
     DeliveryDetail,
     DeliveryFilter,
     DeliveryId,
     DeliveryRow,
-    EventSummary,
     EventView,
     OccurrenceInfo,
     PublishResult,
@@ -387,9 +385,17 @@ class Bus(WorkflowBus):
         event_type: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
-    ) -> list[DeliveryDetail]:
-        flt = DeadLetterFilter(subscription=subscription, event_type=event_type, since=since)
-        return await self.backend.list_dead(flt, limit)
+    ) -> list[DeliveryRow]:
+        """The oldest ``limit`` dead deliveries matching, oldest first (one id walk, one page read)."""
+        if limit < 1:
+            raise ConfigurationError(f"limit must be at least 1, got {limit}")
+        flt = DeliveryFilter(status="dead", subscription=subscription, event_type=event_type, since=since)
+        ids = await self.backend.inspect.delivery_ids(flt, limit)
+        rows: list[DeliveryRow] = []
+        for start in range(0, len(ids), MAX_INSPECT_ROWS):
+            page = ids[start : start + MAX_INSPECT_ROWS]
+            rows += await self.backend.inspect.find(DeliveryFilter(ids=page), len(page))
+        return sorted(rows, key=lambda r: r.id)
 
     async def delivery(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its payload, headers and every failed attempt."""
@@ -411,44 +417,42 @@ class Bus(WorkflowBus):
         """One event with its payload, headers and every delivery with its attempt history."""
         return await self.backend.inspect.event(event_id)
 
-    async def event_chain(self, event_id: int, *, limit: int = 200) -> list[EventSummary]:
-        """The events of ``event_id``'s chain in id order; ``causation_id`` makes the tree."""
-        return await self.backend.event_chain(event_id, _checked_limit(limit))
-
     async def dead_id_batches(
-        self, flt: DeadLetterFilter, batch_size: int = 1000
+        self, flt: DeliveryFilter, batch_size: int = 1000
     ) -> AsyncIterator[list[DeliveryId]]:
-        """The ids of matching dead deliveries, in id order, one batch at a time.
+        """The ids of dead deliveries matching ``flt``, in id order, one batch at a time.
 
-        Named ids alone are batched as given (the guarded statements skip rows
-        no longer dead); filters are walked by id, so a walk that changes rows
-        as it goes never sees one twice.
+        ``flt.status`` is taken to be "dead" whatever it says. Named ids alone
+        are batched as given (the guarded statements skip rows no longer
+        dead); filters are walked by id, so a walk that changes rows as it
+        goes never sees one twice.
         """
-        if flt.ids is not None and not (flt.subscription or flt.event_type or flt.since):
+        flt = _checked_filter(msgspec.structs.replace(flt, status="dead"))
+        if flt.ids is not None and flt == DeliveryFilter(status="dead", ids=flt.ids):
             ids = sorted(set(flt.ids))
             for start in range(0, len(ids), batch_size):
                 yield [DeliveryId(i) for i in ids[start : start + batch_size]]
             return
         after = 0
-        while batch := await self.backend.dead_ids(flt, batch_size, after):
+        while batch := await self.backend.inspect.delivery_ids(flt, batch_size, after):
             yield batch
             after = batch[-1]
 
     async def replay(
-        self, flt: DeadLetterFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
+        self, flt: DeliveryFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
     ) -> int:
         """Move matching dead deliveries back to pending; return how many moved."""
         return await self._each_dead_batch(flt, batch_size, self.backend.operate.replay, progress)
 
     async def purge(
-        self, flt: DeadLetterFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
+        self, flt: DeliveryFilter, batch_size: int = 1000, progress: Callable[[int], object] | None = None
     ) -> int:
         """Delete matching dead deliveries and their history; return how many."""
         return await self._each_dead_batch(flt, batch_size, self.backend.operate.purge, progress)
 
     async def _each_dead_batch(
         self,
-        flt: DeadLetterFilter,
+        flt: DeliveryFilter,
         batch_size: int,
         apply: Callable[[Sequence[int]], Awaitable[int]],
         progress: Callable[[int], object] | None,
@@ -482,11 +486,11 @@ class Bus(WorkflowBus):
 
     async def list_schedules(self) -> list[ScheduleInfo]:
         """Every recorded schedule (declared by this code or not), by name."""
-        return await self.backend.schedules.list()
+        return await self.backend.schedules.find()
 
     async def schedule_info(self, name: str) -> ScheduleInfo:
         """One recorded schedule; :class:`UnknownSchedule` if there is none of that name."""
-        found = await self.backend.schedules.list(name)
+        found = await self.backend.schedules.find(name)
         if not found:
             raise UnknownSchedule(f"no schedule named {name!r} is recorded")
         return found[0]

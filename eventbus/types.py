@@ -16,7 +16,6 @@ __all__ = [
     "AttemptRecord",
     "ChainDelivery",
     "ChainEvent",
-    "DeadLetterFilter",
     "DeliveryDetail",
     "DeliveryFilter",
     "DeliveryId",
@@ -25,7 +24,6 @@ __all__ = [
     "DstFold",
     "DstGap",
     "EventId",
-    "EventSummary",
     "EventTypeRow",
     "EventView",
     "HorizonHolder",
@@ -51,6 +49,7 @@ __all__ = [
     "WorkflowInstance",
     "WorkflowSignalRow",
     "WorkflowStatus",
+    "trace_id_of",
 ]
 
 EventId = NewType("EventId", int)
@@ -119,15 +118,6 @@ class DeliveryDetail(msgspec.Struct, frozen=True):
     history: Sequence[AttemptRecord] = ()
 
 
-class DeadLetterFilter(msgspec.Struct, frozen=True):
-    """Which dead deliveries a dead-letter operation applies to."""
-
-    ids: Sequence[int] | None = None
-    subscription: str | None = None
-    event_type: str | None = None
-    since: datetime | None = None
-
-
 class DeliveryFilter(msgspec.Struct, frozen=True):
     """Which deliveries an inspection lists or counts; every field given must match.
 
@@ -165,17 +155,6 @@ class DeliveryRow(msgspec.Struct, frozen=True):
     replays: int
     run_at: datetime
     updated_at: datetime
-    created_at: datetime
-
-
-class EventSummary(msgspec.Struct, frozen=True):
-    """An event of the log without its payload: a node of a causation tree."""
-
-    id: EventId
-    event_type: str
-    key: str | None
-    correlation_id: int | None
-    causation_id: int | None
     created_at: datetime
 
 
@@ -503,3 +482,37 @@ class ChainEvent(msgspec.Struct, frozen=True):
     trace_id: str | None
     deliveries: Sequence[ChainDelivery] = ()
     children: Sequence[ChainEvent] = ()
+
+
+def trace_id_of(headers: dict[str, str]) -> str | None:
+    """The trace id an event carries: its ``trace_id`` header, or that of a W3C ``traceparent``.
+
+    A ``traceparent`` counts only in its standard shape (four dash-separated
+    fields, a 32-hex-digit trace id); anything else gives None.
+    """
+    explicit = headers.get("trace_id")
+    if explicit:
+        return explicit
+    parts = headers.get("traceparent", "").split("-")
+    if len(parts) == 4 and len(parts[1]) == 32 and all(c in "0123456789abcdef" for c in parts[1]):
+        return parts[1]
+    return None
+
+
+def DeadLetterFilter(
+    ids: Sequence[int] | None = None,
+    subscription: str | None = None,
+    event_type: str | None = None,
+    since: datetime | None = None,
+) -> DeliveryFilter:
+    """Deprecated: use ``DeliveryFilter(status="dead", ...)``; this returns exactly that."""
+    import warnings
+
+    warnings.warn(
+        'DeadLetterFilter is deprecated: use DeliveryFilter(status="dead", ...)',
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return DeliveryFilter(
+        status="dead", ids=ids, subscription=subscription, event_type=event_type, since=since
+    )

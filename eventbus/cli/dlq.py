@@ -12,7 +12,7 @@ import click
 import msgspec
 
 from ..bus import Bus
-from ..types import DeadLetterFilter, DeliveryDetail
+from ..types import DeliveryDetail, DeliveryFilter, DeliveryRow
 from ._common import Obj, enc_hook, run
 
 __all__ = ["dlq"]
@@ -49,12 +49,16 @@ def _make_filter(
     event_type: str | None,
     since: str | None,
     everything: bool = True,
-) -> DeadLetterFilter:
+) -> DeliveryFilter:
     """A filter for the named rows; bulk commands must name something or say --all."""
     if not (ids or subscription or event_type or since or everything):
         raise click.UsageError("name delivery IDs, a filter (--subscription, --event-type, --since) or --all")
-    return DeadLetterFilter(
-        ids=list(ids) or None, subscription=subscription, event_type=event_type, since=parse_since(since)
+    return DeliveryFilter(
+        status="dead",
+        ids=list(ids) or None,
+        subscription=subscription,
+        event_type=event_type,
+        since=parse_since(since),
     )
 
 
@@ -74,7 +78,7 @@ def list_(
     """List dead deliveries, oldest first."""
     flt = _make_filter((), subscription, event_type, since)
 
-    async def go() -> list[DeliveryDetail]:
+    async def go() -> list[DeliveryRow]:
         async with obj.bus() as bus:
             return await bus.dead_letters(
                 subscription=flt.subscription, event_type=flt.event_type, since=flt.since, limit=limit
@@ -92,7 +96,7 @@ def list_(
         )
 
 
-def _summary(d: DeliveryDetail) -> dict[str, Any]:
+def _summary(d: DeliveryRow) -> dict[str, Any]:
     return {
         "id": d.id,
         "event_id": d.event_id,
@@ -137,7 +141,7 @@ def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
             click.echo(a.traceback.rstrip())
 
 
-async def _count_matching(bus: Bus, flt: DeadLetterFilter, batch_size: int) -> int:
+async def _count_matching(bus: Bus, flt: DeliveryFilter, batch_size: int) -> int:
     total = 0
     async for ids in bus.dead_id_batches(flt, batch_size):
         total += len(ids)

@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from ..errors import ConfigurationError
-from ..types import DeadLetterFilter
+from ..types import DeliveryFilter
 from . import _filters as f
 from ._guard import COOKIE, Refused, actor, log, read_form, same_origin
 from ._render import Pages, capped
@@ -86,11 +86,11 @@ def _ticked(form: FormData, what: str) -> list[int]:
     return ids
 
 
-def _selection(form: FormData) -> DeadLetterFilter:
+def _selection(form: FormData) -> DeliveryFilter:
     """The ids ticked, or the filter itself for ``scope=filter`` (everything matching)."""
     if form.get("scope") == "filter":
         return f.dead_filter(form)
-    return DeadLetterFilter(ids=_ticked(form, "dead letters, or act on the filter"))
+    return DeliveryFilter(status="dead", ids=_ticked(form, "dead letters, or act on the filter"))
 
 
 def cancel_action(p: Pages) -> Action:
@@ -124,12 +124,12 @@ def dead_action(p: Pages) -> Action:
     return action
 
 
-async def _confirm(p: Pages, request: Request, form: FormData, op: str, flt: DeadLetterFilter) -> Response:
+async def _confirm(p: Pages, request: Request, form: FormData, op: str, flt: DeliveryFilter) -> Response:
     if flt.ids is not None:
         count = len(flt.ids)
         shown = f"{count:,}"
     else:
-        count = await p.bus.count_deliveries(f.as_deliveries(flt), cap=p.count_cap)
+        count = await p.bus.count_deliveries(flt, cap=p.count_cap)
         shown = capped(count, p.count_cap)
     hidden = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm", "token")]
     return p.render(
@@ -137,7 +137,7 @@ async def _confirm(p: Pages, request: Request, form: FormData, op: str, flt: Dea
     )
 
 
-def _describe(flt: DeadLetterFilter) -> str:
+def _describe(flt: DeliveryFilter) -> str:
     if flt.ids is not None:
         return "ids " + ", ".join(map(str, flt.ids[:20])) + (" …" if len(flt.ids) > 20 else "")
     parts = [f"{k}={v}" for k, v in (("subscription", flt.subscription), ("event_type", flt.event_type),

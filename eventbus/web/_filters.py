@@ -7,11 +7,10 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from ..errors import ConfigurationError
-from ..types import DeadLetterFilter, DeliveryFilter, DeliveryStatus
+from ..types import DeliveryFilter, DeliveryStatus
 
 __all__ = [
     "STATUSES",
-    "as_deliveries",
     "dead_filter",
     "delivery_filter",
     "int_field",
@@ -72,19 +71,13 @@ def delivery_filter(values: Mapping[str, Any]) -> DeliveryFilter:
     )
 
 
-def dead_filter(values: Mapping[str, Any]) -> DeadLetterFilter:
-    """The dead-letter filter: the fields bulk replay and purge walk by."""
-    return DeadLetterFilter(
+def dead_filter(values: Mapping[str, Any]) -> DeliveryFilter:
+    """The dead letters matching the fields bulk replay and purge walk by."""
+    return DeliveryFilter(
+        status="dead",
         subscription=text_field(values, "subscription"),
         event_type=text_field(values, "event_type"),
         since=_time(values, "since"),
-    )
-
-
-def as_deliveries(flt: DeadLetterFilter) -> DeliveryFilter:
-    """The same dead deliveries as a delivery filter, to list and count them."""
-    return DeliveryFilter(
-        status="dead", subscription=flt.subscription, event_type=flt.event_type, since=flt.since
     )
 
 

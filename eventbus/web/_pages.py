@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import urllib.parse
 from collections import Counter
-from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -13,12 +12,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import NotFound
-from ..types import EventSummary, StatusReport
+from ..types import ChainEvent, StatusReport, trace_id_of
 from ..workflows import diagram
 from . import _filters as f
 from ._render import Pages, capped, pretty_json
 
 __all__ = ["routes"]
+
+CHAIN_LIMIT = 200
+"""The events of a chain an event page shows at most."""
 
 
 def routes(p: Pages) -> list[Route]:
@@ -41,17 +43,15 @@ def routes(p: Pages) -> list[Route]:
     async def event(request: Request) -> Response:
         event_id = _path_int(request, "event_id")
         view = await p.bus.event(event_id)
-        chain = await p.bus.event_chain(event_id)
-        headers = dict(view.headers)
+        tree = flatten(await p.bus.trace(event_id, limit=CHAIN_LIMIT))
         return p.render(
-            request, "event.html", event=view, payload=pretty_json(view.payload), headers=headers,
-            tree=chain_tree(chain), trace=_trace_link(p.trace_url, headers),
+            request, "event.html", event=view, payload=pretty_json(view.payload), headers=dict(view.headers),
+            tree=tree, trace=_trace_link(p.trace_url, trace_id_of(dict(view.headers))),
         )  # fmt: skip
 
     async def dead(request: Request) -> Response:
         q = request.query_params
-        dflt = f.dead_filter(q)
-        flt = f.as_deliveries(dflt)
+        flt = f.dead_filter(q)
         before = f.int_field(q, "before")
         rows = await p.bus.find_deliveries(flt, limit=p.page_size, before_id=before)
         count = await p.bus.count_deliveries(flt, cap=p.count_cap)
@@ -129,27 +129,19 @@ def overview_values(report: StatusReport) -> dict[str, Any]:
     return {"report": report, "done": done, "queues": queues}
 
 
-def chain_tree(chain: Sequence[EventSummary]) -> list[tuple[int, EventSummary]]:
-    """The chain in depth-first order with each event's depth below the root, for an indented list."""
-    children: dict[int | None, list[EventSummary]] = {}
-    ids = {e.id for e in chain}
-    for e in chain:
-        parent = e.causation_id if e.causation_id in ids else None
-        children.setdefault(parent, []).append(e)
-    out: list[tuple[int, EventSummary]] = []
-    stack = [(0, e) for e in reversed(children.get(None, []))]
+def flatten(root: ChainEvent) -> list[tuple[int, ChainEvent]]:
+    """The causation tree depth-first, each event with its depth below the root (an indented list)."""
+    out: list[tuple[int, ChainEvent]] = []
+    stack = [(0, root)]
     while stack:
         depth, e = stack.pop()
         out.append((depth, e))
-        stack.extend((depth + 1, c) for c in reversed(children.get(e.id, [])))
+        stack.extend((depth + 1, c) for c in reversed(e.children))
     return out
 
 
-def _trace_link(template: str | None, headers: dict[str, str]) -> tuple[str, str | None] | None:
-    """The trace id from ``trace_id`` or a W3C ``traceparent`` header, with its link when configured."""
-    trace = headers.get("trace_id")
-    if trace is None and headers.get("traceparent", "").count("-") == 3:
-        trace = headers["traceparent"].split("-")[1]
+def _trace_link(template: str | None, trace: str | None) -> tuple[str, str | None] | None:
+    """The event's trace id (see :func:`eventbus.types.trace_id_of`) with its link when configured."""
     if trace is None:
         return None
     return trace, template.replace("{trace_id}", urllib.parse.quote(trace)) if template else None

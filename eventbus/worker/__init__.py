@@ -147,7 +147,9 @@ class Worker:
         self._in_flight = InFlight()
         self._running = 0
         self._shield = Shield()
-        self._results = ResultWriter(self.deliveries, self.wakeups, self._forget, self._unstorable, self._shield)
+        self._results = ResultWriter(
+            self.deliveries, self.wakeups, self._forget, self._unstorable, self._shield
+        )
         self._tracker = self._results.tracker = DeliveryTracker(bus.hooks, self.id)
         self._executor = Executor(bus, self.id, self._tracker)
         self._slot_freed = anyio.Event()

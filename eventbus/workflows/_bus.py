@@ -215,7 +215,7 @@ class WorkflowBus(Router):
         limit: int = 1000,
     ) -> list[Instance[Any]]:
         m = self.machine(machine)
-        return [Instance.of(m, r) for r in await self.backend.workflows.list(m.name, status, state, limit)]
+        return [Instance.of(m, r) for r in await self.backend.workflows.find(m.name, status, state, limit)]
 
     async def history(self, machine: Machine[Any] | str, key: str) -> list[WorkflowHistoryRow]:
         """One row per visit or operator action, in order."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from eventbus import Context, DeadLetterFilter, RetryPolicy
+import pytest
+
+from eventbus import ConfigurationError, Context, DeliveryFilter, RetryPolicy
+from eventbus.types import DeadLetterFilter
 
 from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
@@ -41,7 +44,7 @@ async def test_dead_rows_keep_their_errors(bus) -> None:
 async def test_replay_after_fix_completes_all(bus) -> None:
     state = await _with_dead(bus)
     state["broken"] = False
-    assert await bus.replay(DeadLetterFilter(subscription="charge"), batch_size=2) == 5
+    assert await bus.replay(DeliveryFilter(status="dead", subscription="charge"), batch_size=2) == 5
     await drain(bus)
     c = await counts(bus)
     assert c[("charge", "completed")] == 5 and c[("noop", "completed")] == 5
@@ -53,8 +56,8 @@ async def test_replay_after_fix_completes_all(bus) -> None:
 async def test_replay_by_id_only_touches_dead_rows(bus) -> None:
     state = await _with_dead(bus, n=2)
     state["broken"] = False
-    assert await bus.replay(DeadLetterFilter(ids=[1])) == 1
-    assert await bus.replay(DeadLetterFilter(ids=[1])) == 0  # now pending, not dead
+    assert await bus.replay(DeliveryFilter(status="dead", ids=[1])) == 1
+    assert await bus.replay(DeliveryFilter(status="dead", ids=[1])) == 0  # now pending, not dead
     await drain(bus)
     c = await counts(bus)
     assert c[("charge", "completed")] == 1 and c[("charge", "dead")] == 1
@@ -62,6 +65,25 @@ async def test_replay_by_id_only_touches_dead_rows(bus) -> None:
 
 async def test_purge_deletes_dead_rows_and_history(bus) -> None:
     await _with_dead(bus, n=3)
-    assert await bus.purge(DeadLetterFilter(event_type="test.order_placed")) == 3
+    assert await bus.purge(DeliveryFilter(status="dead", event_type="test.order_placed")) == 3
     assert await bus.dead_letters() == []
     assert (await bus.status()).events == 3  # the log itself is kept
+
+
+async def test_the_old_dead_letter_filter_still_replays_with_a_warning(bus) -> None:
+    state = await _with_dead(bus, n=2)
+    state["broken"] = False
+    with pytest.warns(DeprecationWarning, match="DeliveryFilter"):
+        flt = DeadLetterFilter(subscription="charge")
+    assert flt == DeliveryFilter(status="dead", subscription="charge")
+    assert await bus.replay(flt) == 2
+
+
+async def test_dead_letters_are_the_oldest_first_past_one_page(bus) -> None:
+    await _with_dead(bus, n=5)
+    dead = await bus.dead_letters(limit=3)
+    assert [d.id for d in dead] == sorted(d.id for d in dead) and len(dead) == 3
+    everything = await bus.dead_letters()
+    assert [d.id for d in everything][:3] == [d.id for d in dead]
+    with pytest.raises(ConfigurationError):
+        await bus.dead_letters(limit=0)

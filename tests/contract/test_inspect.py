@@ -86,16 +86,45 @@ async def test_event_view_has_every_delivery_with_history(bus) -> None:
         await bus.event(999)
 
 
-async def test_event_chain_links_causes(bus) -> None:
+async def test_trace_links_causes_from_any_event_of_the_chain(bus) -> None:
     await _chain(bus, n=1)
     shipped = (await bus.find_deliveries(DeliveryFilter(subscription="notify")))[0].event_id
-    chain = await bus.event_chain(shipped)
+    root = await bus.trace(shipped)
+    (paid,) = root.children
+    (ship,) = paid.children
+    chain = [root, paid, ship]
     assert [e.event_type for e in chain] == ["test.order_placed", "test.payment_requested", "test.shipped"]
-    assert [e.causation_id for e in chain] == [None, chain[0].id, chain[1].id]
-    assert all(e.correlation_id in (None, chain[0].id) for e in chain)
-    assert await bus.event_chain(chain[0].id) == chain
+    assert [e.causation_id for e in chain] == [None, root.id, paid.id]
+    assert all(e.correlation_id == root.id for e in chain)
+    assert await bus.trace(root.id) == root
     with pytest.raises(NotFound):
-        await bus.event_chain(999)
+        await bus.trace(999)
+
+
+async def test_a_filter_by_ids_keeps_only_those(bus) -> None:
+    await _chain(bus, n=3)
+    everything = await bus.find_deliveries(limit=1000)
+    picked = sorted(d.id for d in everything)[1:4]
+    found = await bus.find_deliveries(DeliveryFilter(ids=picked))
+    assert sorted(d.id for d in found) == picked
+    assert await bus.count_deliveries(DeliveryFilter(ids=picked)) == 3
+    dead = [d.id for d in everything if d.status == "dead"]
+    assert await bus.count_deliveries(DeliveryFilter(ids=picked + dead, status="dead")) == len(dead)
+    assert await bus.find_deliveries(DeliveryFilter(ids=[])) == []
+
+
+async def test_delivery_ids_walk_in_id_order_from_a_cursor(bus) -> None:
+    await _chain(bus, n=3)
+    inspect = bus.backend.inspect
+    all_ids = sorted(d.id for d in await bus.find_deliveries(limit=1000))
+    first = await inspect.delivery_ids(DeliveryFilter(), 4)
+    rest = await inspect.delivery_ids(DeliveryFilter(), 1000, first[-1])
+    assert first + rest == all_ids
+    dead = await inspect.delivery_ids(DeliveryFilter(status="dead", subscription="charge"), 1000)
+    assert dead == sorted(d.id for d in await bus.find_deliveries(DeliveryFilter(status="dead")))
+    assert await inspect.delivery_ids(DeliveryFilter(ids=all_ids[:2], status="dead"), 10) == [
+        i for i in all_ids[:2] if i in dead
+    ]
 
 
 async def test_bad_inspection_input_is_refused(bus) -> None:

@@ -79,7 +79,9 @@ async def test_stale_and_fresh_failure_in_one_batch_record_only_the_fresh_attemp
     def failure(lease_token: str, message: str) -> Failure:
         return Failure(old.id, lease_token, False, 0.0, "ValueError", message, "", 0.1, WORKER_A)
 
-    failed = await bus.backend.deliveries.fail([failure(old.lease_token, "stale"), failure(new.lease_token, "fresh")])
+    failed = await bus.backend.deliveries.fail(
+        [failure(old.lease_token, "stale"), failure(new.lease_token, "fresh")]
+    )
     detail = await bus.delivery(new.id)
     assert [(a.error_type, a.message) for a in detail.history] == [
         ("LeaseExpired", "the worker stopped renewing its lease"),

@@ -7,7 +7,7 @@ import logging
 import anyio
 import pytest
 
-from eventbus import Context, DeadLetterFilter, NotFound, RetryPolicy, Worker
+from eventbus import Context, DeliveryFilter, NotFound, RetryPolicy, Worker
 from eventbus.backends.base import Failure
 
 from ..support.helpers import OrderPlaced, counts, drain
@@ -84,7 +84,9 @@ async def test_removed_subscription_gets_no_fanout_and_stays_removed(bus, caplog
     await drain(bus)
     assert gone == ["dead-one"]
     assert sorted(kept) == ["after", "dead-one", "later", "p-1", "p-2"]
-    assert await bus.replay(DeadLetterFilter(subscription="gone")) == 0  # no worker would take it
+    assert (
+        await bus.replay(DeliveryFilter(status="dead", subscription="gone")) == 0
+    )  # no worker would take it
     assert await counts(bus) == {
         ("keep", "completed"): 5,
         ("gone", "dead"): 1,
@@ -105,7 +107,9 @@ async def test_list_reports_when_a_worker_last_served(bus) -> None:
     assert served.worker_seen_at is not None and served.silent_seconds is not None
     await anyio.sleep(0.3)
     sub_id = (await bus.register())["charge"]
-    await bus.backend.deliveries.worker_beat("00000000-0000-4000-8000-000000000001", subscription_ids=[sub_id])
+    await bus.backend.deliveries.worker_beat(
+        "00000000-0000-4000-8000-000000000001", subscription_ids=[sub_id]
+    )
     (beaten,) = await bus.list_subscriptions()
     assert beaten.worker_seen_at is not None and beaten.worker_seen_at > served.worker_seen_at
     report = await bus.status()

@@ -323,7 +323,9 @@ async def test_lease_renewal_does_not_wait_for_a_row_held_by_a_result_write(pg_b
 
     sub_id = (await pg_bus.register())["h"]
     await pg_bus.publish_many([OrderPlaced(order_id="a"), OrderPlaced(order_id="b")])
-    first, second = await pg_bus.backend.deliveries.claim(sub_id, 10, 30.0, "00000000-0000-0000-0000-000000000001")
+    first, second = await pg_bus.backend.deliveries.claim(
+        sub_id, 10, 30.0, "00000000-0000-0000-0000-000000000001"
+    )
     holder = await asyncpg.connect(pg_target.dsn)
     try:
         tx = holder.transaction()

@@ -61,7 +61,9 @@ async def test_stuck_deliveries_are_counted(bus) -> None:
     _app(bus)
     ids = await bus.register()
     await bus.publish(Waiting(n=1))
-    claimed = await bus.backend.deliveries.claim(ids["waiting"], 10, 0.01, "00000000-0000-0000-0000-000000000001")
+    claimed = await bus.backend.deliveries.claim(
+        ids["waiting"], 10, 0.01, "00000000-0000-0000-0000-000000000001"
+    )
     assert len(claimed) == 1
     import anyio
 

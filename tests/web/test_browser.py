@@ -121,7 +121,7 @@ async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, se
     await expect(page.locator("#count")).to_have_text("3")
     await page.evaluate("window.__kept = true")  # gone if the page reloaded
     (first, *_) = [d.id for d in await seeded.find_deliveries(DeliveryFilter(status="dead"))]
-    await seeded.purge(__import__("eventbus").DeadLetterFilter(ids=[first]))
+    await seeded.purge(DeliveryFilter(status="dead", ids=[first]))
     await expect(page.locator("#count")).to_have_text("2", timeout=10_000)
     assert await page.evaluate("window.__kept === true")
 

@@ -27,7 +27,9 @@ async def test_a_batch_applies_each_guard_on_its_own(bus: Bus) -> None:
     assert b is not None and (b.state, b.version) == ("A", 1)
     assert [h.version for h in await bus.backend.workflows.history("store", "a")] == [2]
     assert await bus.backend.workflows.history("store", "b") == []
-    assert await bus.backend.workflows.commit_many([move("a", 1)]) == [None], "the same transition twice: a no-op"
+    assert await bus.backend.workflows.commit_many([move("a", 1)]) == [None], (
+        "the same transition twice: a no-op"
+    )
     again, started = await bus.backend.workflows.start("store", "a", "A", b"{}")
     assert not started and again.version == 2, "start is idempotent while the run is live"
 

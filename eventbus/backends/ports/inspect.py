@@ -26,8 +26,6 @@ class Inspector(Protocol):
         """Delivery counts by subscription and status, the oldest runnable age, workers."""
         ...
 
-
-
     async def show(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
         ...

@@ -131,7 +131,7 @@ class ScheduleStore(Protocol):
         """
         ...
 
-    async def list(self, name: str | None = None) -> list[ScheduleInfo]:
+    async def find(self, name: str | None = None) -> list[ScheduleInfo]:
         """Every recorded schedule by name, or the one named (empty when unknown)."""
         ...
 

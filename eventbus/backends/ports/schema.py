@@ -10,8 +10,6 @@ __all__ = ["SchemaStore"]
 class SchemaStore(Protocol):
     """The schema: migrations, statistics, and dropping it all."""
 
-
-
     async def migrate(self) -> list[str]:
         """Apply pending migration files under a lock; return the names applied."""
         ...

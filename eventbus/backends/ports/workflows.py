@@ -158,7 +158,7 @@ class WorkflowStore(Protocol):
         """
         ...
 
-    async def list(
+    async def find(
         self, machine: str, status: str | None, state: str | None, limit: int
     ) -> list[WorkflowInstance]:
         """Instances of a machine, by key, optionally filtered by status and state."""
