@@ -277,7 +277,7 @@ class Bus(WorkflowBus):
             if self.coalescer is not None and len(batch) == 1:  # may share a commit with others
                 return [await self.coalescer.publish(batch[0])]
             return await self.backend.deliveries.publish(batch)
-        publish_in = getattr(self.backend, "publish_in", None)
+        publish_in = getattr(self.backend.deliveries, "publish_in", None)
         if publish_in is None:
             raise ConfigurationError(
                 "publish(connection=...) joins a caller's PostgreSQL transaction; the "
@@ -389,7 +389,8 @@ class Bus(WorkflowBus):
         limit: int = 100,
     ) -> list[DeliveryDetail]:
         flt = DeadLetterFilter(subscription=subscription, event_type=event_type, since=since)
-        return await self.backend.list_dead(flt, limit)
+        ids = await self.backend.inspect.delivery_ids(_dead(flt), limit)
+        return [msgspec.structs.replace(await self.backend.inspect.show(i), history=()) for i in ids]
 
     async def delivery(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its payload, headers and every failed attempt."""
@@ -413,7 +414,18 @@ class Bus(WorkflowBus):
 
     async def event_chain(self, event_id: int, *, limit: int = 200) -> list[EventSummary]:
         """The events of ``event_id``'s chain in id order; ``causation_id`` makes the tree."""
-        return await self.backend.event_chain(event_id, _checked_limit(limit))
+        chain = await self.backend.inspect.chain(event_id, _checked_limit(limit))
+        return [
+            EventSummary(
+                id=e.id,
+                event_type=e.event_type,
+                key=e.key,
+                correlation_id=None if e.correlation_id == e.id else e.correlation_id,
+                causation_id=e.causation_id,
+                created_at=e.created_at,
+            )
+            for e in chain
+        ]
 
     async def dead_id_batches(
         self, flt: DeadLetterFilter, batch_size: int = 1000
@@ -430,7 +442,7 @@ class Bus(WorkflowBus):
                 yield [DeliveryId(i) for i in ids[start : start + batch_size]]
             return
         after = 0
-        while batch := await self.backend.dead_ids(flt, batch_size, after):
+        while batch := await self.backend.inspect.delivery_ids(_dead(flt), batch_size, after):
             yield batch
             after = batch[-1]
 
@@ -556,6 +568,13 @@ def _checked_limit(limit: int) -> int:
     if not 1 <= limit <= MAX_INSPECT_ROWS:
         raise ConfigurationError(f"limit must be between 1 and {MAX_INSPECT_ROWS}, got {limit}")
     return limit
+
+
+def _dead(flt: DeadLetterFilter) -> DeliveryFilter:
+    """The dead deliveries a dead-letter filter selects, as a delivery filter."""
+    return DeliveryFilter(
+        status="dead", subscription=flt.subscription, event_type=flt.event_type, since=flt.since, ids=flt.ids
+    )
 
 
 def _checked_filter(flt: DeliveryFilter | None) -> DeliveryFilter:

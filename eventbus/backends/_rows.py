@@ -35,7 +35,12 @@ def _mapping(row: Any, json: Sequence[str], renames: Mapping[str, str] | None) -
 
 
 def row_as(
-    cls: type[T], row: Any, *, json: Sequence[str] = (), renames: Mapping[str, str] | None = None, **extra: Any
+    cls: type[T],
+    row: Any,
+    *,
+    json: Sequence[str] = (),
+    renames: Mapping[str, str] | None = None,
+    **extra: Any,
 ) -> T:
     """``row`` as a ``cls``: its columns by name, ``json`` columns decoded, ``extra`` fields added."""
     data = _mapping(row, json, renames)
