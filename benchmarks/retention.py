@@ -31,13 +31,13 @@ async def _size(bus: Bus) -> int:
     if bus.backend.kind == "sqlite":
         files = [anyio.Path(backend.path), anyio.Path(backend.path + "-wal")]
         return sum([(await f.stat()).st_size for f in files if await f.exists()])
-    async with backend._conn() as conn:
+    async with backend.db.conn() as conn:
         return int(
             await conn.fetchval(
                 "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = $1 AND c.relkind = 'r'",
-                backend.schema,
+                backend.schema_name,
             )
         )
 
@@ -47,9 +47,9 @@ async def _vacuum(bus: Bus) -> None:
     backend: Any = bus.backend
     if bus.backend.kind != "postgres":
         return
-    async with backend._conn() as conn:
+    async with backend.db.conn() as conn:
         for table in ("events", "deliveries", "delivery_attempts"):
-            await conn.execute(f'VACUUM "{backend.schema}".{table}')
+            await conn.execute(f'VACUUM "{backend.schema_name}".{table}')
 
 
 async def _rows(bus: Bus) -> int:

@@ -94,7 +94,7 @@ async def claim_plan(bus: Bus, dsn: str, sub_id: int) -> str:
         tx = conn.transaction()
         await tx.start()
         rows = await conn.fetch(
-            "EXPLAIN (ANALYZE, BUFFERS) " + bus.backend.q["claim"],  # type: ignore[attr-defined]
+            "EXPLAIN (ANALYZE, BUFFERS) " + bus.backend.db.q["claim"],  # type: ignore[attr-defined]
             sub_id,
             100,
             30.0,

@@ -92,7 +92,7 @@ class Target:
     async def row_writes(self, bus: Bus) -> int:
         backend: Any = bus.backend
         if self.schema:
-            async with backend._conn() as conn:
+            async with backend.db.conn() as conn:
                 await conn.execute("SELECT pg_stat_force_next_flush()")
                 sql = (
                     "SELECT sum(n_tup_ins + n_tup_upd + n_tup_del) FROM pg_stat_user_tables"

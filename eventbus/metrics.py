@@ -123,8 +123,8 @@ class Metrics(NoHooks):
         return metrics
 
     def watch_listener(self, bus: Bus) -> None:
-        backend = bus.backend
-        listener = getattr(backend, "listener", None)
+        """Gauges of the wake-up connection: ``backend.wakeups.healthy`` and ``.reconnects``, where kept."""
+        wakeups = bus.backend.wakeups
         up = self.prom.Gauge(
             "eventbus_listener_up", "1 while wake-ups are received", ["backend"], registry=self.registry
         )
@@ -134,14 +134,8 @@ class Metrics(NoHooks):
             ["backend"],
             registry=self.registry,
         )
-        if listener is not None:
-            up.labels(self.backend).set_function(lambda: float(listener.healthy))
-            reconnects.labels(self.backend).set_function(lambda: float(listener.reconnects))
-        else:
-            up.labels(self.backend).set_function(lambda: float(getattr(backend, "listener_ok", 0)))
-            reconnects.labels(self.backend).set_function(
-                lambda: float(getattr(backend, "listener_reconnects", 0))
-            )
+        up.labels(self.backend).set_function(lambda: float(getattr(wakeups, "healthy", False)))
+        reconnects.labels(self.backend).set_function(lambda: float(getattr(wakeups, "reconnects", 0)))
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serve ``/metrics`` of this registry on ``host:port`` from a daemon thread."""

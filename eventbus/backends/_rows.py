@@ -22,7 +22,9 @@ T = TypeVar("T")
 
 
 def _mapping(row: Any, json: Sequence[str], renames: Mapping[str, str] | None) -> dict[str, Any]:
-    data = {key: row[key] for key in row.keys()}
+    # A driver row iterates its values in the order of its keys: zipping the two
+    # is twice as fast as looking each column up by name.
+    data = dict(row) if isinstance(row, dict) else dict(zip(row.keys(), row, strict=True))
     for name in json:
         value = data.get(name)
         if isinstance(value, (str, bytes)):

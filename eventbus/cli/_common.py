@@ -88,7 +88,7 @@ class Obj(msgspec.Struct):
 
 
 def _schema_of(bus: Bus) -> str | None:
-    schema = getattr(bus.backend, "schema", None)
+    schema = getattr(bus.backend, "schema_name", None)
     return schema if isinstance(schema, str) else None
 
 

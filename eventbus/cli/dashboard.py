@@ -28,7 +28,7 @@ def _target(obj: Obj, app: str | None) -> Bus:
 
 async def _preflight(bus: Bus) -> None:
     """Refuse a database that is unreachable or not migrated before serving anything."""
-    probe = Bus(bus.dsn, schema=getattr(bus.backend, "schema", None))
+    probe = Bus(bus.dsn, schema=getattr(bus.backend, "schema_name", None))
     async with probe:
         await probe.status()
 

@@ -32,7 +32,7 @@ async def test_longest_schema_name_publishes_and_wakes_a_worker(pg_dsn: str) -> 
         async with anyio.create_task_group() as tg:
             tg.start_soon(worker.run)
             with anyio.fail_after(10):
-                while not (await bus.list_subscriptions()) or not backend.listener.healthy:
+                while not (await bus.list_subscriptions()) or not backend.wakeups.healthy:
                     await anyio.sleep(0.05)
             await anyio.sleep(0.2)  # the worker is idle, waiting
             await publisher.publish(OrderPlaced(order_id="long-schema"))

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from eventbus import Bus, Context
-from eventbus.backends import postgres as pg_backend
+from eventbus.backends.postgres import delivery as pg_deliveries
 
 from ..support.helpers import OrderPlaced
 
@@ -93,7 +93,7 @@ async def test_lease_expired_before_the_sweep_window_is_still_recovered(
     """The sweep walks only from where the previous one ended; a lease that expired
     earlier (its row was locked by a holder that then rolled back) is found by the
     sweep from the start that follows."""
-    monkeypatch.setattr(pg_backend, "_FULL_SWEEP_EVERY", 1.0)
+    monkeypatch.setattr(pg_deliveries, "_FULL_SWEEP_EVERY", 1.0)
     bus = pg_target.bus()
     bus.subscribe(OrderPlaced, name="h")(_noop)
     try:

@@ -245,7 +245,7 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
 
     await drain(pg_bus)
     await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(20_000)])
-    q = pg_bus.backend.q
+    q = pg_bus.backend.db.q
     conn = await asyncpg.connect(pg_target.dsn)
     try:
         s = pg_target.schema
@@ -356,7 +356,7 @@ async def test_a_broken_publish_connection_is_replaced(pg_target) -> None:
     try:
         await bus.migrate()
         await bus.publish(OrderPlaced(order_id="before"))
-        pid = bus.backend._serial_conn.get_server_pid()
+        pid = bus.backend.db.held_conn.get_server_pid()
         admin = await asyncpg.connect(pg_target.dsn)
         try:
             assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
@@ -371,7 +371,7 @@ async def test_a_broken_publish_connection_is_replaced(pg_target) -> None:
         assert not isinstance(outcomes[-1], Exception)
         published = 1 + sum(not isinstance(o, Exception) for o in outcomes)
         assert (await bus.status()).events == published
-        assert bus.backend._serial_conn.get_server_pid() != pid
+        assert bus.backend.db.held_conn.get_server_pid() != pid
     finally:
         await bus.aclose()
 

@@ -39,7 +39,7 @@ async def test_temporary_sqlite_bus_runs_a_chain_and_leaves_nothing_behind() -> 
 async def test_temporary_postgres_bus_gets_a_fresh_schema_and_drops_it(pg_dsn: str) -> None:
     paid.clear()
     async with temporary_bus(pg_dsn, router=app) as bus:
-        schema = bus.backend.schema  # type: ignore[attr-defined]
+        schema = bus.backend.schema_name  # type: ignore[attr-defined]
         await bus.publish(OrderPlaced(order_id="o-2"))
         await drain(bus)
         assert paid == ["o-2"]

@@ -102,8 +102,8 @@ def test_migration_files_are_named_and_refused_when_edited() -> None:
 @pytest.mark.parametrize("schema", ["a" * 54, "a" * 55, "a" * 63, "b" + "a" * 62])
 def test_every_valid_schema_has_its_own_notify_channel(schema: str) -> None:
     backend = PostgresBackend("postgresql://u@h/db", schema)
-    assert len(backend.notify_channel.encode()) <= 63
-    assert backend.notify_channel != PostgresBackend("postgresql://u@h/db", schema[:-1] + "z").notify_channel
+    assert len(backend.db.channel.encode()) <= 63
+    assert backend.db.channel != PostgresBackend("postgresql://u@h/db", schema[:-1] + "z").db.channel
 
 
 @pytest.mark.parametrize("dsn", ["postgresql://h:abc/db", "postgresql://[::1/db", "postgresql://a:1,b:x/db"])

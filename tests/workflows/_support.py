@@ -47,9 +47,9 @@ async def step_deliveries(bus: Bus, machine: str, key: str) -> dict[str, list[in
     backend: Any = bus.backend
     okey = f"{machine}/{key}"
     if bus.backend.kind == "postgres":
-        async with backend._conn() as conn:
+        async with backend.db.conn() as conn:
             rows = await conn.fetch(
-                f'SELECT id, status FROM "{backend.schema}".deliveries WHERE ordering_key = $1', okey
+                f'SELECT id, status FROM "{backend.schema_name}".deliveries WHERE ordering_key = $1', okey
             )
         pairs = [(r["id"], r["status"]) for r in rows]
     else:

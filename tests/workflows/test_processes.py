@@ -74,9 +74,9 @@ async def busy_while_waiting(bus: Bus) -> tuple[int, int]:
     )
     backend: Any = bus.backend
     if bus.backend.kind == "postgres":
-        async with backend._conn() as conn:
+        async with backend.db.conn() as conn:
             row = await conn.fetchrow(
-                sql.format(s=f'"{backend.schema}".', now="now()", grace="interval '0.3s'")
+                sql.format(s=f'"{backend.schema_name}".', now="now()", grace="interval '0.3s'")
             )
         return int(row[0]), int(row[1])
     now = "(julianday('now') - 2440587.5) * 86400.0"

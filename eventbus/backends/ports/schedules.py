@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal, Protocol
@@ -135,7 +136,7 @@ class ScheduleStore(Protocol):
         """Every recorded schedule by name, or the one named (empty when unknown)."""
         ...
 
-    async def occurrences(self, name: str, limit: int) -> list[OccurrenceInfo]:
+    async def occurrences(self, name: str, limit: int) -> builtins.list[OccurrenceInfo]:
         """The newest ``limit`` occurrences of a schedule, newest first, with finish times."""
         ...
 
@@ -147,7 +148,7 @@ class ScheduleStore(Protocol):
         """Delete a schedule and its occurrence rows; False when it did not exist."""
         ...
 
-    async def request(self, name: str, times: Sequence[datetime] | None) -> list[datetime]:
+    async def request(self, name: str, times: Sequence[datetime] | None) -> builtins.list[datetime]:
         """Ask for occurrences to fire at the next tick, whatever the policies.
 
         ``None`` means one occurrence at the database's now (a trigger). Times

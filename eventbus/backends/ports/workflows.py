@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -168,11 +169,11 @@ class WorkflowStore(Protocol):
         """Instances per (state, status)."""
         ...
 
-    async def history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:
+    async def history(self, machine: str, key: str) -> builtins.list[WorkflowHistoryRow]:
         """Every history row of an instance, in version order."""
         ...
 
-    async def signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
+    async def signals(self, machine: str, key: str, open_only: bool) -> builtins.list[WorkflowSignalRow]:
         """Signals of an instance in arrival order (only unconsumed ones with ``open_only``)."""
         ...
 
@@ -192,7 +193,7 @@ class WorkflowStore(Protocol):
         """
         ...
 
-    async def approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
+    async def approvals(self, machine: str, key: str) -> builtins.list[WorkflowApprovalRow]:
         """Every approval of an instance, oldest first."""
         ...
 
@@ -209,7 +210,7 @@ class WorkflowStore(Protocol):
         """
         ...
 
-    async def effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
+    async def effects(self, machine: str, key: str, run_id: int) -> builtins.list[WorkflowEffectRow]:
         """The effects recorded in one run, in the order they were recorded."""
         ...
 

@@ -1,56 +1,32 @@
-"""The :class:`~eventbus.backends.base.WorkflowStore` port on PostgreSQL."""
+"""The workflow port on PostgreSQL: every write is one transaction, guarded by the version read."""
 
 from __future__ import annotations
 
-import contextlib
+import builtins
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 import orjson
 
 from ...types import (
-    PublishResult,
     WorkflowApprovalRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
     WorkflowInstance,
     WorkflowSignalRow,
 )
-from ..base import OutgoingEvent, WorkflowTransition, workflow_step
+from .._rows import row_as, rows_as
+from ..ports import OutgoingEvent, WorkflowTransition, workflow_step
+from ._db import PgDb
 
-__all__ = ["PostgresWorkflows"]
+__all__ = ["PgWorkflows"]
 
 
 def instance_of(row: asyncpg.Record) -> WorkflowInstance:
-    return WorkflowInstance(
-        machine=row["machine"],
-        key=row["key"],
-        run_id=row["run_id"],
-        state=row["state"],
-        status=row["status"],
-        version=row["version"],
-        visits=orjson.loads(row["visits"]),
-        attempts=row["attempts"],
-        checkpoint=bytes(row["checkpoint"]),
-        last_error_code=row["last_error_code"],
-        last_error=row["last_error"],
-        held_state=row["held_state"],
-        compensate_to=row["compensate_to"],
-        next_run_at=row["next_run_at"],
-        state_entered_at=row["state_entered_at"],
-        run_started_at=row["run_started_at"],
-        updated_at=row["updated_at"],
-        now=row["now"],
-        has_signals=row["has_signals"],
-    )
-
-
-def approval_of(row: asyncpg.Record) -> WorkflowApprovalRow:
-    values: dict[str, Any] = {f: row[f] for f in WorkflowApprovalRow.__struct_fields__}
-    values["input"] = bytes(values["input"])
-    return WorkflowApprovalRow(**values)
+    """A pointer row (with ``now`` and ``has_signals``) as the instance."""
+    return row_as(WorkflowInstance, row, json=("visits",))
 
 
 def _move_args(t: WorkflowTransition) -> list[Any]:
@@ -82,24 +58,18 @@ def _batch_row(t: WorkflowTransition) -> list[Any]:
     return [*_move_args(t), t.step, t.step_delay]
 
 
-class PostgresWorkflows:
-    """Mixed into :class:`PostgresBackend`: every write is one transaction."""
+class PgWorkflows:
+    """:class:`~eventbus.backends.ports.WorkflowStore` on PostgreSQL (the guarantees are there)."""
 
-    q: dict[str, str]
-    notify_channel: str
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+        self.q = db.q
 
-    if TYPE_CHECKING:
-
-        def _tx(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
-
-        def _conn(self) -> contextlib.AbstractAsyncContextManager[Any]: ...
-
-        async def _publish_on(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]: ...
-
-    async def wf_start(
+    async def start(
         self, machine: str, key: str, state: str, checkpoint: bytes
     ) -> tuple[WorkflowInstance, bool]:
-        async with self._tx() as conn:
+        """Create the instance (or a new run of a finished one) and publish its first step."""
+        async with self.db.tx() as conn:
             row = await conn.fetchrow(self.q["wf_start"], machine, key, state, checkpoint)
             if row is None:
                 found = await conn.fetchrow(self.q["wf_load"], machine, key)
@@ -108,27 +78,33 @@ class PostgresWorkflows:
             await self._publish_steps(conn, [workflow_step(machine, key, inst.version, "start")])
         return inst, True
 
-    async def wf_load(self, machine: str, key: str) -> WorkflowInstance | None:
-        async with self._conn() as conn:
+    async def load(self, machine: str, key: str) -> WorkflowInstance | None:
+        """The pointer as committed, with whether open signals exist."""
+        async with self.db.conn() as conn:
             row = await conn.fetchrow(self.q["wf_load"], machine, key)
         return None if row is None else instance_of(row)
 
-    async def wf_load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
-        async with self._conn() as conn:
+    async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        """As :meth:`load` for many keys of one machine, in one query."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_load_many"], machine, list(keys))
         return {r["key"]: instance_of(r) for r in rows}
 
-    async def wf_commit(self, t: WorkflowTransition) -> int | None:
-        return (await self.wf_commit_many([t]))[0]
+    async def commit(self, t: WorkflowTransition) -> int | None:
+        """Apply ``t`` atomically; the new version, or None when the guard refused it."""
+        return (await self.commit_many([t]))[0]
 
-    async def wf_commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
-        """Plain transitions in one statement, the others one by one, all in one transaction."""
+    async def commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        """As :meth:`commit` for each, in one transaction (see ``WorkflowStore.commit_many``).
+
+        Plain transitions go in one statement, the others one by one.
+        """
         out: list[int | None] = [None] * len(ts)
         plain = [i for i, t in enumerate(ts) if _plain(t)]
-        async with self._tx() as conn:
+        async with self.db.tx() as conn:
             if plain:
                 columns = [list(c) for c in zip(*(_batch_row(ts[i]) for i in plain), strict=True)]
-                for row in await conn.fetch(self.q["wf_move_batch"], *columns, self.notify_channel):
+                for row in await conn.fetch(self.q["wf_move_batch"], *columns, self.db.channel):
                     out[plain[row["ord"] - 1]] = int(row["version"])
             for i, t in enumerate(ts):
                 if not _plain(t):
@@ -172,24 +148,27 @@ class PostgresWorkflows:
                 t.machine, t.key, t.run_id, a.state, a.input, a.input_hash, a.timeout_seconds,
             )  # fmt: skip
 
-    async def wf_list(
+    async def list(
         self, machine: str, status: str | None, state: str | None, limit: int
     ) -> list[WorkflowInstance]:
-        async with self._conn() as conn:
+        """Instances of a machine by key, optionally filtered by status and state."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_list"], machine, status, state, limit)
         return [instance_of(r) for r in rows]
 
-    async def wf_counts(self, machine: str) -> dict[tuple[str, str], int]:
-        async with self._conn() as conn:
+    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
+        """Instances per (state, status)."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_counts"], machine)
         return {(r["state"], r["status"]): int(r["n"]) for r in rows}
 
-    async def wf_history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:
-        async with self._conn() as conn:
+    async def history(self, machine: str, key: str) -> builtins.list[WorkflowHistoryRow]:
+        """Every history row of an instance, in version order."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_history"], machine, key)
-        return [WorkflowHistoryRow(**dict(r)) for r in rows]
+        return rows_as(WorkflowHistoryRow, rows)
 
-    async def _publish_steps(self, conn: Any, steps: list[OutgoingEvent]) -> None:
+    async def _publish_steps(self, conn: Any, steps: builtins.list[OutgoingEvent]) -> None:
         """Publish step events; a step due now first pulls its instance's delayed steps forward.
 
         The step subscription keeps per-key FIFO order, so a tick still waiting
@@ -201,14 +180,15 @@ class PostgresWorkflows:
             await conn.execute(
                 self.q["wf_hasten"], [s.event_type for s in now], [s.ordering_key for s in now]
             )
-        await self._publish_on(conn, steps)
+        await self.db.publish_on(conn, steps)
 
-    async def wf_signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
-        async with self._conn() as conn:
+    async def signals(self, machine: str, key: str, open_only: bool) -> builtins.list[WorkflowSignalRow]:
+        """Signals of an instance in arrival order (only unconsumed ones with ``open_only``)."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_signals"], machine, key, open_only)
-        return [WorkflowSignalRow(**{**dict(r), "payload": bytes(r["payload"])}) for r in rows]
+        return rows_as(WorkflowSignalRow, rows)
 
-    async def wf_signal(
+    async def signal(
         self,
         machine: str,
         key: str,
@@ -217,7 +197,8 @@ class PostgresWorkflows:
         dedupe: str | None,
         wake_states: Sequence[str],
     ) -> bool:
-        async with self._tx() as conn:
+        """Store a signal and wake an instance waiting for it (see ``WorkflowStore.signal``)."""
+        async with self.db.tx() as conn:
             pointer = await conn.fetchrow(self.q["wf_lock"], machine, key)
             new_id = await conn.fetchval(self.q["wf_signal_insert"], machine, key, name, dedupe, payload)
             if new_id is None:
@@ -227,20 +208,23 @@ class PostgresWorkflows:
                 await self._publish_steps(conn, [step])
         return True
 
-    async def wf_approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
-        async with self._conn() as conn:
+    async def approvals(self, machine: str, key: str) -> builtins.list[WorkflowApprovalRow]:
+        """Every approval of an instance, oldest first."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_approvals"], machine, key)
-        return [approval_of(r) for r in rows]
+        return rows_as(WorkflowApprovalRow, rows)
 
-    async def wf_approval(self, approval_id: int) -> WorkflowApprovalRow | None:
-        async with self._conn() as conn:
+    async def approval(self, approval_id: int) -> WorkflowApprovalRow | None:
+        """One approval by id."""
+        async with self.db.conn() as conn:
             row = await conn.fetchrow(self.q["wf_approval"], approval_id)
-        return None if row is None else approval_of(row)
+        return None if row is None else row_as(WorkflowApprovalRow, row)
 
-    async def wf_decide(
+    async def decide(
         self, approval_id: int, status: str, by: str, reason: str | None
     ) -> WorkflowApprovalRow | None:
-        async with self._tx() as conn:
+        """Decide a pending approval and wake its instance (see ``WorkflowStore.decide``)."""
+        async with self.db.tx() as conn:
             row = await conn.fetchrow(self.q["wf_approval"], approval_id)
             if row is None:
                 return None
@@ -253,16 +237,18 @@ class PostgresWorkflows:
                     row["machine"], row["key"], pointer["version"], f"approval-{approval_id}"
                 )
                 await self._publish_steps(conn, [step])
-        return approval_of(decided)
+        return row_as(WorkflowApprovalRow, decided)
 
-    async def wf_effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
-        async with self._conn() as conn:
+    async def effects(self, machine: str, key: str, run_id: int) -> builtins.list[WorkflowEffectRow]:
+        """The effects recorded in one run, in the order they were recorded."""
+        async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_effects"], machine, key, run_id)
-        return [WorkflowEffectRow(**dict(r)) for r in rows]
+        return rows_as(WorkflowEffectRow, rows)
 
-    async def wf_sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
+    async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
+        """Publish a step for overdue live instances whose tick was lost; return how many."""
         reason = f"sweep-{int(time.time())}"
-        async with self._tx() as conn:
+        async with self.db.tx() as conn:
             rows = await conn.fetch(self.q["wf_sweep"], machine, grace_seconds, limit)
             steps = [workflow_step(machine, r["key"], r["version"], reason) for r in rows]
             if steps:

@@ -1,4 +1,4 @@
-"""The schedule port of the PostgreSQL backend: declare, tick, inspect, operate.
+"""The schedule port on PostgreSQL: declare, tick, inspect, operate.
 
 A tick is one transaction: ``FOR UPDATE SKIP LOCKED`` on up to ``limit`` due
 schedules (so workers tick side by side without a leader and never the same
@@ -9,8 +9,8 @@ schedule advanced. Everything commits together or not at all.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Sequence
+import builtins
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,84 +18,48 @@ import asyncpg
 import msgspec
 
 from ...errors import BackendError
-from ...types import EventId, OccurrenceInfo, PublishResult, ScheduleInfo, TickReport
-from ..base import OutgoingEvent, ScheduleDecl, SchedulePlanner, TickPlan
+from ...types import EventId, OccurrenceInfo, ScheduleInfo, TickReport
+from .._rows import row_as, rows_as
+from ..ports import OutgoingEvent, ScheduleDecl, SchedulePlanner, TickPlan
+from ._db import PgDb
 
-__all__ = ["PostgresSchedules"]
+__all__ = ["PgSchedules"]
 
 _REQUESTED_PER_TICK = 1000
 
 
 def info_of(row: asyncpg.Record) -> ScheduleInfo:
-    return ScheduleInfo(
-        name=row["name"],
-        target_kind=row["target_kind"],
-        target=row["target"],
-        cron=row["cron"],
-        every_seconds=row["every_seconds"],
-        anchor=row["anchor"],
-        timezone=row["timezone"],
-        missed=row["missed"],
-        max_catchup=row["max_catchup"],
-        overlap=row["overlap"],
-        cooldown_seconds=row["cooldown_seconds"],
-        jitter_seconds=row["jitter_seconds"],
-        dst_gap=row["dst_gap"],
-        dst_fold=row["dst_fold"],
-        next_occurrence_at=row["next_occurrence_at"],
-        next_run_at=row["next_run_at"],
-        last_run_at=row["last_run_at"],
-        last_event_id=row["last_event_id"],
-        last_finished_at=row["last_finished_at"],
-        buffered_for=row["buffered_for"],
-        requested=row["requested"],
-        paused=row["paused_at"] is not None,
-        updated_at=row["updated_at"],
-    )
+    """A schedule row (``paused_at`` set or not) as the schedule it describes."""
+    return row_as(ScheduleInfo, row, paused=row["paused_at"] is not None)
 
 
-class PostgresSchedules:
-    """Mixed into :class:`PostgresBackend`: the :class:`ScheduleStore` port."""
+class PgSchedules:
+    """:class:`~eventbus.backends.ports.ScheduleStore` on PostgreSQL (the guarantees are there)."""
 
-    q: dict[str, str]
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+        self.q = db.q
 
-    def _tx(self, operation: str = "a transaction") -> contextlib.AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
-
-    def _conn(self, operation: str = "a query") -> contextlib.AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
-
-    async def _publish_on(
-        self, conn: asyncpg.Connection, events: Sequence[OutgoingEvent]
-    ) -> list[PublishResult]:
-        raise NotImplementedError
-
-    async def declare_schedules(self, decls: Sequence[ScheduleDecl], planner: SchedulePlanner) -> None:
+    async def declare(self, decls: Sequence[ScheduleDecl], planner: SchedulePlanner) -> None:
+        """Create new schedules and update changed ones in one statement (see ``ScheduleStore``)."""
         if not decls:
             return
-        async with self._tx("declaring schedules") as conn:
+        async with self.db.tx("declaring schedules") as conn:
             if await conn.fetchval(self.q["schedule_set_known"], planner.set_id) is None:
                 await conn.execute(self.q["schedule_set_record"], planner.set_id, list(planner.names()))
             rows = await conn.fetch(self.q["schedule_rows_locked"], [d.name for d in decls])
             existing = {r["name"]: info_of(r) for r in rows}
             now = await conn.fetchval(self.q["schedule_now"])
-            rows_out = []
-            for d in sorted(decls, key=lambda d: d.name):
-                old = existing.get(d.name)
-                reset = old is None or not d.same_times(old)
-                start = now if old is None else old.next_occurrence_at
-                first = planner.first_occurrence(d, start) if reset else start
-                rows_out.append(
-                    (d.name, d.target_kind, d.target, d.cron, d.every_seconds, d.anchor, d.timezone,
-                     d.missed, d.max_catchup, d.overlap, d.cooldown_seconds, d.jitter_seconds,
-                     d.dst_gap, d.dst_fold, first)
-                )  # fmt: skip
-            await conn.execute(self.q["schedule_declare"], *_columns(rows_out))
+            declared = [_declared(d, existing.get(d.name), now, planner) for d in sorted(decls, key=_name)]
+            await conn.execute(self.q["schedule_declare"], *_columns(declared))
 
-    async def tick_schedules(self, planner: SchedulePlanner, limit: int) -> TickReport:
-        """One transaction for the whole batch: a fixed number of statements, whatever its size."""
+    async def tick(self, planner: SchedulePlanner, limit: int) -> TickReport:
+        """Claim due schedules and apply their plans (see ``ScheduleStore.tick``).
+
+        One transaction for the whole batch: a fixed number of statements, whatever its size.
+        """
         fired = recorded = 0
-        async with self._tx("a schedule tick") as conn:
+        async with self.db.tx("a schedule tick") as conn:
             rows = await conn.fetch(self.q["schedule_claim"], planner.set_id, limit)
             if rows:
                 infos = await self._note_finishes(conn, [info_of(r) for r in rows])
@@ -149,25 +113,8 @@ class PostgresSchedules:
     ) -> None:
         """Publish every fired occurrence's event, record every occurrence, advance every schedule."""
         works: list[OutgoingEvent] = [o.work for _, p in plans for o in p.occurrences if o.work is not None]
-        results = iter(await self._publish_on(conn, works) if works else [])
-        new: list[tuple[str, datetime, str, EventId | None]] = []
-        moved: list[tuple[str, datetime, EventId]] = []
-        advance: list[tuple[Any, ...]] = []
-        for info, plan in plans:
-            last: EventId | None = None
-            for o in plan.occurrences:
-                event_id = next(results).event_id if o.work is not None else None
-                last = event_id if event_id is not None else last
-                if o.existing and event_id is not None:
-                    moved.append((info.name, o.scheduled_for, event_id))
-                else:
-                    new.append((info.name, o.scheduled_for, o.status, event_id))
-            waiting = len(requested.get(info.name, ()))
-            more = waiting > _REQUESTED_PER_TICK or (plan.failed and waiting > 0)
-            advance.append(
-                (info.name, info.next_occurrence_at, plan.next_occurrence_at, plan.next_run_at,
-                 plan.buffered_for, last, more)
-            )  # fmt: skip
+        results = await self.db.publish_on(conn, works) if works else []
+        new, moved, advance = _writes(plans, iter(r.event_id for r in results), requested)
         if new:
             await conn.execute(self.q["occurrences_insert"], *_columns(new))
         if moved:
@@ -176,26 +123,31 @@ class PostgresSchedules:
         if len(advanced) != len(plans):
             raise BackendError("a schedule moved while its tick held it")
 
-    async def schedules(self, name: str | None = None) -> list[ScheduleInfo]:
-        async with self._conn("listing schedules") as conn:
+    async def list(self, name: str | None = None) -> list[ScheduleInfo]:
+        """Every recorded schedule by name, or the one named (empty when unknown)."""
+        async with self.db.conn("listing schedules") as conn:
             rows = await conn.fetch(self.q["schedules_list"], name)
         return [info_of(r) for r in rows]
 
-    async def occurrences(self, name: str, limit: int) -> list[OccurrenceInfo]:
-        async with self._conn("listing occurrences") as conn:
+    async def occurrences(self, name: str, limit: int) -> builtins.list[OccurrenceInfo]:
+        """The newest ``limit`` occurrences of a schedule, newest first, with finish times."""
+        async with self.db.conn("listing occurrences") as conn:
             rows = await conn.fetch(self.q["occurrences_list"], name, limit)
-        return [OccurrenceInfo(**dict(r)) for r in rows]
+        return rows_as(OccurrenceInfo, rows)
 
-    async def pause_schedule(self, name: str, paused: bool) -> bool:
-        async with self._conn("pausing a schedule") as conn:
+    async def pause(self, name: str, paused: bool) -> bool:
+        """Pause or resume; False when no such schedule exists."""
+        async with self.db.conn("pausing a schedule") as conn:
             return await conn.fetchval(self.q["schedule_pause"], name, paused) is not None
 
-    async def remove_schedule(self, name: str) -> bool:
-        async with self._conn("removing a schedule") as conn:
+    async def remove(self, name: str) -> bool:
+        """Delete a schedule and its occurrence rows; False when it did not exist."""
+        async with self.db.conn("removing a schedule") as conn:
             return bool(await conn.fetchval(self.q["schedule_remove"], name))
 
-    async def request_occurrences(self, name: str, times: Sequence[datetime] | None) -> list[datetime]:
-        async with self._tx("requesting occurrences") as conn:
+    async def request(self, name: str, times: Sequence[datetime] | None) -> builtins.list[datetime]:
+        """Ask for occurrences at the next tick (see ``ScheduleStore.request``); the times requested."""
+        async with self.db.tx("requesting occurrences") as conn:
             now = await conn.fetchval(self.q["schedule_request"], name)
             if now is None:
                 return []
@@ -203,6 +155,53 @@ class PostgresSchedules:
                 self.q["occurrences_request"], name, [now] if times is None else list(times)
             )
         return [r["scheduled_for"] for r in rows]
+
+
+def _name(decl: ScheduleDecl) -> str:
+    return decl.name
+
+
+def _declared(
+    d: ScheduleDecl, old: ScheduleInfo | None, now: datetime, planner: SchedulePlanner
+) -> tuple[Any, ...]:
+    """One row of ``schedule_declare``: the old next occurrence stays unless the times changed."""
+    reset = old is None or not d.same_times(old)
+    start = now if old is None else old.next_occurrence_at
+    first = planner.first_occurrence(d, start) if reset else start
+    return (d.name, d.target_kind, d.target, d.cron, d.every_seconds, d.anchor, d.timezone,
+            d.missed, d.max_catchup, d.overlap, d.cooldown_seconds, d.jitter_seconds,
+            d.dst_gap, d.dst_fold, first)  # fmt: skip
+
+
+_Rows = list[tuple[Any, ...]]
+
+
+def _writes(
+    plans: list[tuple[ScheduleInfo, TickPlan]], fired: Iterator[EventId], requested: dict[str, list[datetime]]
+) -> tuple[_Rows, _Rows, _Rows]:
+    """The rows of a tick: occurrences inserted, requested ones fired, schedules advanced.
+
+    ``fired`` are the ids of the events published for the plans' work, in order.
+    """
+    new: _Rows = []
+    moved: _Rows = []
+    advance: _Rows = []
+    for info, plan in plans:
+        last: EventId | None = None
+        for o in plan.occurrences:
+            event_id = next(fired) if o.work is not None else None
+            last = event_id if event_id is not None else last
+            if o.existing and event_id is not None:
+                moved.append((info.name, o.scheduled_for, event_id))
+            else:
+                new.append((info.name, o.scheduled_for, o.status, event_id))
+        waiting = len(requested.get(info.name, ()))
+        more = waiting > _REQUESTED_PER_TICK or (plan.failed and waiting > 0)
+        advance.append(
+            (info.name, info.next_occurrence_at, plan.next_occurrence_at, plan.next_run_at,
+             plan.buffered_for, last, more)
+        )  # fmt: skip
+    return new, moved, advance
 
 
 def _columns(rows: Sequence[tuple[Any, ...]]) -> list[list[Any]]:

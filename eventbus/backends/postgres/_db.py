@@ -1,0 +1,345 @@
+"""One PostgreSQL session of the bus: the pool, the held publish connection, the queries.
+
+Every port object of :class:`~eventbus.backends.postgres.PostgresBackend`
+takes the same :class:`PgDb` and reaches the database only through it:
+``conn()`` and ``tx()`` for a pooled connection, ``held()`` for the
+connection kept aside for lone publishes, ``publish_on()`` to append events
+inside any of them. Driver errors leave it as :mod:`eventbus.errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import anyio
+import asyncpg
+
+from ...errors import (
+    BackendError,
+    BackendUnavailable,
+    ConfigurationError,
+    EventBusError,
+    PublishError,
+    SchemaNotMigrated,
+)
+from ...types import EventId, PublishResult
+from .._sql import load_queries, validate_schema
+from ..ports import OutgoingEvent
+
+__all__ = [
+    "STATEMENT_LIFETIME_SECONDS",
+    "PgDb",
+    "check_dsn",
+    "notify_channel",
+    "resolve_results",
+    "translate_errors",
+]
+
+_UNAVAILABLE = (
+    OSError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,  # a pooled connection left mid-operation by a server restart
+)
+
+# How long a pooled connection keeps a prepared statement before preparing it
+# again. PostgreSQL settles on a generic plan after five executions and keeps
+# it until the table's statistics change; where autovacuum is off or behind, a
+# plan made while the tables were nearly empty (a sequential scan of
+# deliveries for the claim's update, a hash join to events) stays in use as
+# they grow, and the claim slowed from 12,000/s to 3,500/s within 30 s here.
+# Preparing again costs one round trip per statement and connection per period.
+STATEMENT_LIFETIME_SECONDS = 30
+
+
+@contextlib.contextmanager
+def translate_errors(operation: str = "the operation", timeout: float | None = None) -> Iterator[None]:
+    """Map driver errors to eventbus errors, keeping the cause.
+
+    ``operation`` names what was being done, for the message of a timeout
+    (``TimeoutError`` is an ``OSError``, so it is told apart first).
+    """
+    try:
+        yield
+    except EventBusError:
+        raise
+    except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
+        raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+    except TimeoutError as exc:
+        within = f" within {timeout:g}s" if timeout is not None else ""
+        raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc
+    except _UNAVAILABLE as exc:
+        raise BackendUnavailable(f"PostgreSQL is unavailable: {exc or type(exc).__name__}") from exc
+    except asyncpg.PostgresError as exc:
+        raise BackendError(f"PostgreSQL refused the operation: {exc}") from exc
+
+
+def notify_channel(schema: str) -> str:
+    """The NOTIFY channel of a schema: ``eventbus_<schema>``, kept within PostgreSQL's 63 bytes.
+
+    A longer name keeps a prefix of the schema and adds a hash of all of it,
+    so every valid schema has its own channel.
+    """
+    channel = f"eventbus_{schema}"
+    if len(channel) <= 63:
+        return channel
+    digest = hashlib.sha256(schema.encode()).hexdigest()[:16]
+    return f"{channel[:46]}_{digest}"
+
+
+def check_dsn(dsn: str) -> str:
+    """Refuse a PostgreSQL DSN whose host or port cannot be parsed (one host or several)."""
+    try:
+        netloc = urllib.parse.urlsplit(dsn).netloc
+    except ValueError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
+    for host in netloc.rpartition("@")[2].split(","):
+        port = host.rpartition("]")[2] if host.startswith("[") else host
+        if host.startswith("[") and "]" not in host:
+            raise ConfigurationError(f"invalid PostgreSQL DSN: unclosed [ in host {host!r}")
+        if ":" in port and not port.rpartition(":")[2].isdigit():
+            raise ConfigurationError(f"invalid PostgreSQL DSN: port of {host!r} is not a number")
+    return dsn
+
+
+async def _keep_session(conn: Any) -> None:
+    """Pool reset hook: nothing to undo.
+
+    The backend changes no session state on pooled connections (no SET, no
+    LISTEN, only transaction-scoped advisory locks), and asyncpg still rolls
+    back a transaction left open, which ends those locks too. The default
+    reset query costs a round trip on every release: about a third of a
+    single publish.
+    """
+
+
+class PgDb:
+    """The pool of one schema, the connection held for lone publishes, and the named queries."""
+
+    def __init__(
+        self,
+        dsn: str,
+        schema: str,
+        *,
+        min_pool_size: int = 1,
+        max_pool_size: int = 10,
+        command_timeout: float = 60.0,
+        statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
+    ) -> None:
+        self.dsn = check_dsn(dsn)
+        self.schema = validate_schema(schema)
+        self.channel = notify_channel(self.schema)
+        """The NOTIFY channel every wake-up of this schema goes through."""
+        self.q = load_queries("postgres", self.schema)
+        self.command_timeout = command_timeout
+        self.opener: Callable[[], Awaitable[object]] = self._no_check
+        """What :meth:`open` runs once: the backend's schema check or its migration."""
+        self.ready = False
+        self._pool_size = (min_pool_size, max_pool_size)
+        self._statement_lifetime = statement_lifetime_seconds
+        self._pool: asyncpg.Pool | None = None
+        self.held_conn: Any = None
+        """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
+        self._held_lock = asyncio.Lock()
+
+    async def _no_check(self) -> None:
+        self.ready = True
+
+    # -- connections -------------------------------------------------------
+
+    async def open(self) -> None:
+        """Run the opener (schema check or migration) unless it already succeeded."""
+        if not self.ready:
+            await self.opener()
+
+    async def pool(self) -> asyncpg.Pool:
+        """The pool, created on first use."""
+        if self._pool is None:
+            with translate_errors("connecting", self.command_timeout):
+                try:
+                    self._pool = await asyncpg.create_pool(
+                        self.dsn,
+                        min_size=self._pool_size[0],
+                        max_size=self._pool_size[1],
+                        command_timeout=self.command_timeout,
+                        max_cached_statement_lifetime=self._statement_lifetime,
+                        reset=_keep_session,
+                    )
+                except ValueError as exc:  # the DSN (asyncpg parses it here)
+                    raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
+        return self._pool
+
+    @contextlib.asynccontextmanager
+    async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:
+        """A pooled connection, without the schema check of :meth:`open`."""
+        pool = await self.pool()
+        with translate_errors(operation, self.command_timeout):
+            async with pool.acquire() as conn:
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def conn(self, operation: str = "a query") -> AsyncIterator[Any]:
+        """A pooled connection of an opened backend; ``operation`` names it in a timeout."""
+        await self.open()
+        async with self.pool_conn(operation) as conn:
+            yield conn
+
+    @contextlib.asynccontextmanager
+    async def tx(self, operation: str = "a transaction") -> AsyncIterator[Any]:
+        """As :meth:`conn`, inside a transaction that commits when the block ends normally."""
+        async with self.conn(operation) as conn, conn.transaction():
+            yield conn
+
+    # -- the held publish connection ---------------------------------------
+
+    @property
+    def holds_one(self) -> bool:
+        """Whether a connection is kept aside at all: a pool of one keeps none (all would wait)."""
+        return self._pool_size[1] >= 2
+
+    @property
+    def held_busy(self) -> bool:
+        """Whether a publish is running on the held connection now."""
+        return self._held_lock.locked()
+
+    @contextlib.asynccontextmanager
+    async def held(self, operation: str) -> AsyncIterator[Any]:
+        """The held connection, one caller at a time; it stays a member of the pool.
+
+        A pool acquire and release cost about as much client time as a lone
+        publish's statement. One that fails for any reason but the database's
+        refusal of the statement goes back to the pool (which closes or resets
+        it) and the next caller takes another.
+        """
+        async with self._held_lock:
+            conn = self.held_conn or await self._take_held(operation)
+            try:
+                with translate_errors(operation, self.command_timeout):
+                    yield conn
+            except BackendUnavailable:
+                await self._release_held()
+                raise
+            except EventBusError:  # the database refused the statement: the connection is sound
+                raise
+            except BaseException:  # cancelled mid-statement: the pool waits out the cancellation
+                await self._release_held()
+                raise
+
+    async def _take_held(self, operation: str) -> Any:
+        await self.open()
+        pool = await self.pool()
+        with translate_errors(operation, self.command_timeout):
+            self.held_conn = await pool.acquire()
+        return self.held_conn
+
+    async def _release_held(self) -> None:
+        conn, self.held_conn = self.held_conn, None
+        pool = self._pool
+        if conn is not None and pool is not None:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await pool.release(conn)
+
+    async def aclose(self) -> None:
+        """Hand back the held connection (after a publish in flight) and close the pool."""
+        with anyio.move_on_after(10):  # a publish in flight on the held connection finishes first
+            async with self._held_lock:
+                await self._release_held()
+        await self._release_held()
+        pool, self._pool = self._pool, None
+        self.ready = False
+        if pool is not None:
+            try:
+                with anyio.move_on_after(10):
+                    await pool.close()
+            finally:
+                pool.terminate()  # also when the caller gave up waiting for the graceful close
+
+    # -- publishing inside a connection --------------------------------------
+
+    async def publish_on(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        """Append ``events`` and fan them out on ``conn`` (in its transaction, if any)."""
+        inserted = await self._insert(conn, events)
+        if len(inserted) == len(events):  # nothing skipped: every event is new
+            return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
+        batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
+        missing = [
+            e
+            for i, e in enumerate(events)
+            if e.key is not None and i not in inserted and (e.event_type, e.key) not in batch_keys
+        ]
+        known: dict[tuple[str, str], int] = {}
+        if missing:
+            found = await conn.fetch(
+                self.q["existing_ids"], [e.event_type for e in missing], [e.key for e in missing]
+            )
+            known = {(r["event_type"], r["key"]): r["id"] for r in found}
+        return resolve_results(events, inserted, known)
+
+    async def _insert(self, conn: Any, events: Sequence[OutgoingEvent]) -> dict[int, int]:
+        """Insert and fan out; map input index -> new event id (a taken key has none)."""
+        if len(events) > 1:
+            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel)
+            return {r["ord"] - 1: r["id"] for r in rows}
+        e = events[0]
+        new_id = await conn.fetchval(
+            self.q["publish_one"],
+            e.event_type,
+            e.key,
+            e.payload,
+            e.headers_json,
+            e.delay_seconds,
+            e.correlation_id,
+            e.causation_id,
+            e.ordering_key,
+            self.channel,
+        )
+        return {} if new_id is None else {0: new_id}
+
+
+def _columns(events: Sequence[OutgoingEvent]) -> tuple[list[Any], ...]:
+    return (
+        [e.event_type for e in events],
+        [e.key for e in events],
+        [e.payload for e in events],
+        [e.headers_json for e in events],
+        [e.delay_seconds for e in events],
+        [e.correlation_id for e in events],
+        [e.causation_id for e in events],
+        [e.ordering_key for e in events],
+    )
+
+
+def resolve_results(
+    events: Sequence[OutgoingEvent], inserted: dict[int, int], existing: dict[tuple[str, str], int]
+) -> list[PublishResult]:
+    """Results in input order, from the ids inserted by input index and the keys taken before.
+
+    The first occurrence of a key in the batch is the one inserted; later ones
+    in the same batch, and keys taken by an earlier publish, are duplicates.
+    """
+    results: list[PublishResult] = []
+    for index, event in enumerate(events):
+        new_id = inserted.get(index)
+        ident = (event.event_type, event.key) if event.key is not None else None
+        if new_id is not None:
+            if ident is not None:
+                existing[ident] = new_id
+            results.append(PublishResult(EventId(new_id), duplicate=False))
+        elif ident is not None and ident in existing:
+            results.append(PublishResult(EventId(existing[ident]), duplicate=True))
+        else:
+            raise PublishError(
+                f"event {event.event_type}/{event.key} conflicted with a row this "
+                "transaction cannot see (a concurrent delete, or REPEATABLE READ)"
+            )
+    return results

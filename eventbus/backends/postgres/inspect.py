@@ -1,0 +1,163 @@
+"""The inspection port on PostgreSQL: status, deliveries, events, chains and health.
+
+The dashboard's reads (``find``, ``count``, ``event``) run in a read-only
+transaction with a statement timeout of their own (``inspect_timeout``), so an
+expensive filter fails fast instead of holding a pooled connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import asyncpg
+
+from ...errors import NotFound
+from ...types import (
+    AttemptRecord,
+    ChainEvent,
+    DeliveryDetail,
+    DeliveryFilter,
+    DeliveryId,
+    DeliveryRow,
+    EventView,
+    HorizonHolder,
+    StatusDetails,
+    StatusReport,
+    StatusRow,
+    SubscriptionInfo,
+    TableHealth,
+    WorkerRow,
+)
+from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
+from .._rows import row_as, rows_as
+from ._db import PgDb
+
+__all__ = ["PgInspector"]
+
+
+def filter_args(flt: DeliveryFilter) -> list[Any]:
+    """The eleven positional parameters every filtered delivery query shares."""
+    path = flt.payload_path.split(".") if flt.payload_path else None
+    ids = None if flt.ids is None else list(flt.ids)
+    return [
+        flt.subscription, flt.status, flt.event_type, flt.event_id, flt.key,
+        flt.correlation_id, flt.since, flt.until, path, flt.payload_value, ids,
+    ]  # fmt: skip
+
+
+def detail_of(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
+    """A delivery with its event, from a row of ``detail`` or ``event_deliveries``."""
+    return row_as(DeliveryDetail, row, json=("headers",), history=history)
+
+
+class PgInspector:
+    """:class:`~eventbus.backends.ports.Inspector` on PostgreSQL (the contract is there)."""
+
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+        self.q = db.q
+
+    @contextlib.asynccontextmanager
+    async def _readonly(self, operation: str) -> AsyncIterator[Any]:
+        async with self.db.conn(operation) as conn, conn.transaction(readonly=True):
+            await conn.execute(self.q["inspect_timeout"])
+            yield conn
+
+    async def status(self) -> StatusReport:
+        """Counts by subscription and status, the oldest runnable age, workers, subscriptions."""
+        async with self.db.conn("status") as conn:
+            rows = await conn.fetch(self.q["status"])
+            oldest = await conn.fetchval(self.q["status_oldest_pending"])
+            events = await conn.fetchval(self.q["status_events"])
+            workers = await conn.fetch(self.q["status_workers"])
+            subscriptions = await conn.fetch(self.q["subscriptions"])
+        return StatusReport(
+            rows=rows_as(StatusRow, rows),
+            oldest_pending_seconds=oldest,
+            events=events,
+            workers=rows_as(WorkerRow, workers),
+            subscriptions=rows_as(SubscriptionInfo, subscriptions),
+        )
+
+    async def subscriptions(self) -> list[SubscriptionInfo]:
+        """Every recorded subscription by name, with its state and backlog."""
+        async with self.db.conn("list subscriptions") as conn:
+            rows = await conn.fetch(self.q["subscriptions"])
+        return rows_as(SubscriptionInfo, rows)
+
+    async def show(self, delivery_id: int) -> DeliveryDetail:
+        """One delivery with its event and failure history; :class:`NotFound` if absent."""
+        async with self.db.conn("show") as conn:
+            row = await conn.fetchrow(self.q["detail"], delivery_id)
+            if row is None:
+                raise NotFound(f"no delivery {delivery_id}")
+            history = await conn.fetch(self.q["history"], delivery_id)
+        return detail_of(row, rows_as(AttemptRecord, history))
+
+    async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
+        """The correlation chain of ``event_id``, flat and oldest first (see ``Inspector.chain``)."""
+        async with self.db.conn() as conn:
+            root = await conn.fetchval(self.q["chain_root"], event_id)
+            if root is None:
+                raise NotFound(f"no event {event_id}")
+            events = await conn.fetch(self.q["chain_events"], root, limit)
+            deliveries = await conn.fetch(self.q["chain_deliveries"], [e["id"] for e in events])
+        return chain_of(events, deliveries)
+
+    async def health(self) -> StatusDetails:
+        """Event types, queues, tables and the xmin horizon, from bounded reads only."""
+        async with self.db.conn() as conn:
+            types = await conn.fetch(self.q["health_event_types"], COUNT_CAP)
+            subs = await conn.fetch(self.q["health_subscriptions"])
+            recent = await conn.fetch(self.q["health_completed_recent"], RECENT_WINDOW)
+            tables = await conn.fetch(self.q["health_tables"], self.db.schema)
+            horizon = await conn.fetchrow(self.q["health_horizon"])
+            last_prune = await conn.fetchval(self.q["health_last_prune"])
+        return StatusDetails(
+            event_types=event_types_of(types),
+            queues=subscriptions_of(subs, recent),
+            tables=rows_as(TableHealth, tables),
+            horizon=None if horizon is None else row_as(HorizonHolder, horizon),
+            last_prune_at=last_prune,
+        )
+
+    async def find(
+        self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
+    ) -> list[DeliveryRow]:
+        """Deliveries matching ``flt``, newest first, below ``before_id`` (see ``Inspector.find``)."""
+        async with self._readonly("listing deliveries") as conn:
+            rows = await conn.fetch(self.q["find_deliveries"], *filter_args(flt), before_id, limit)
+        return rows_as(DeliveryRow, rows)
+
+    async def count(self, flt: DeliveryFilter, cap: int) -> int:
+        """How many deliveries match ``flt``, counting no further than ``cap + 1``."""
+        async with self._readonly("counting deliveries") as conn:
+            return int(await conn.fetchval(self.q["count_deliveries"], *filter_args(flt), cap + 1))
+
+    async def delivery_ids(self, flt: DeliveryFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+        """Ids matching ``flt`` above ``after_id``, in id order (see ``Inspector.delivery_ids``).
+
+        Dead letters are walked through their partial index, everything else
+        along the primary key.
+        """
+        query = self.q["delivery_ids_dead"] if flt.status == "dead" else self.q["delivery_ids"]
+        async with self.db.conn("listing delivery ids") as conn:
+            rows = await conn.fetch(query, *filter_args(flt), after_id, limit)
+        return [DeliveryId(r["id"]) for r in rows]
+
+    async def event(self, event_id: int) -> EventView:
+        """One event with its payload, headers and every delivery with its history."""
+        async with self._readonly("reading an event") as conn:
+            event = await conn.fetchrow(self.q["event_row"], event_id)
+            if event is None:
+                raise NotFound(f"no event {event_id}")
+            rows = await conn.fetch(self.q["event_deliveries"], event_id)
+            attempts = await conn.fetch(self.q["event_history"], event_id)
+        history: defaultdict[int, list[AttemptRecord]] = defaultdict(list)
+        for a in attempts:
+            history[a["delivery_id"]].append(row_as(AttemptRecord, a))
+        deliveries = [detail_of(r, history[r["id"]]) for r in rows]
+        return row_as(EventView, event, json=("headers",), deliveries=deliveries)

@@ -1,0 +1,72 @@
+"""The operator port on PostgreSQL: guarded admin writes by id and subscription moves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from ...errors import NotFound
+from ._db import PgDb
+
+__all__ = ["PgOperator"]
+
+
+class PgOperator:
+    """:class:`~eventbus.backends.ports.Operator` on PostgreSQL: each write is one guarded statement."""
+
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+        self.q = db.q
+
+    async def replay(self, ids: Sequence[int]) -> int:
+        """Dead -> pending, attempts reset, waking the workers of the subscriptions touched."""
+        async with self.db.tx("replay") as conn:
+            rows = await conn.fetch(self.q["replay"], list(ids))
+            subs = sorted({r["subscription_id"] for r in rows})
+            if subs:
+                await conn.execute(self.q["notify_subscriptions"], self.db.channel, subs)
+        return len(rows)
+
+    async def purge(self, ids: Sequence[int]) -> int:
+        """Delete dead deliveries and their attempt history; returns how many."""
+        async with self.db.conn("purge") as conn:
+            return int(await conn.fetchval(self.q["purge"], list(ids)))
+
+    async def cancel(self, ids: Sequence[int]) -> int:
+        """Pending -> cancelled; returns how many moved."""
+        async with self.db.conn("cancel") as conn:
+            rows = await conn.fetch(self.q["cancel"], list(ids))
+        return len(rows)
+
+    async def pause_subscription(self, name: str) -> bool:
+        """Active -> paused (see ``Operator.pause_subscription``)."""
+        async with self.db.tx("pause subscription") as conn:
+            return await self._move(conn, name, "paused", ["active"]) is not None
+
+    async def resume_subscription(self, name: str) -> bool:
+        """Paused or removed -> active, waking workers for its backlog."""
+        async with self.db.tx("resume subscription") as conn:
+            row = await self._move(conn, name, "active", ["paused", "removed"])
+            if row is not None:
+                await conn.execute(self.q["notify_subscriptions"], self.db.channel, [row["id"]])
+        return row is not None
+
+    async def remove_subscription(self, name: str) -> int:
+        """Mark removed and cancel its pending deliveries (see ``Operator.remove_subscription``)."""
+        async with self.db.tx("remove subscription") as conn:
+            # Again on a removed one: a delivery that was running then may have come back to pending.
+            row = await self._move(conn, name, "removed", ["active", "paused", "removed"])
+            if row is None:
+                return 0
+            result = await conn.execute(self.q["cancel_subscription"], row["id"])
+        return int(result.split()[-1])
+
+    async def _move(self, conn: Any, name: str, state: str, from_states: list[str]) -> asyncpg.Record | None:
+        """One guarded state change; :class:`NotFound` when no subscription has the name."""
+        query = self.q["subscription_state"]
+        row: asyncpg.Record | None = await conn.fetchrow(query, name, state, from_states)
+        if row is None and await conn.fetchval(self.q["subscription_exists"], name) is None:
+            raise NotFound(f"no subscription named {name!r}")
+        return row

@@ -1,0 +1,273 @@
+-- Read-only views of the PostgreSQL backend (PgInspector): status, deliveries,
+-- events, chains, health. {schema} is the validated, quoted schema.
+
+-- name: status
+-- Counted on the narrow table alone: a subscription has one event type, so
+-- the wide events table is not joined.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM {schema}.deliveries GROUP BY 1, 2) c
+JOIN {schema}.subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_oldest_pending
+SELECT extract(epoch FROM now() - min(run_at))::float8
+FROM {schema}.deliveries WHERE status = 'pending' AND run_at <= now();
+
+-- name: status_events
+SELECT count(*) FROM {schema}.events;
+
+-- name: status_workers
+SELECT id::text, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS silent_seconds
+FROM {schema}.workers ORDER BY started_at;
+
+-- name: subscriptions
+-- Every subscription with its backlog, each count served by a partial index
+-- (deliveries_pending, deliveries_lease_until: set exactly while processing,
+-- deliveries_dead), so a long completed history is never read.
+SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
+       extract(epoch FROM now() - s.worker_seen_at)::float8 AS silent_seconds,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.lease_until IS NOT NULL AND d.subscription_id = s.id
+          AND d.status = 'processing') AS processing,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
+       (SELECT extract(epoch FROM now() - min(d.run_at))::float8 FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.run_at <= now())
+           AS lag_seconds
+FROM {schema}.subscriptions s
+ORDER BY s.name;
+
+-- name: detail
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.id = $1;
+
+-- name: history
+SELECT attempt, error_type, message, traceback, coalesce(duration_seconds, 0) AS duration_seconds,
+       worker_id::text, failed_at
+FROM {schema}.delivery_attempts WHERE delivery_id = $1 ORDER BY id;
+
+-- name: chain_root
+-- The root of an event's chain: its correlation_id, or itself.
+SELECT coalesce(correlation_id, id) FROM {schema}.events WHERE id = $1;
+
+-- name: chain_events
+-- The root and every event correlated to it (events_correlation), oldest first.
+SELECT id, event_type, key, headers::text AS headers, correlation_id, causation_id, created_at
+FROM {schema}.events WHERE id = $1 OR correlation_id = $1
+ORDER BY id LIMIT $2;
+
+-- name: chain_deliveries
+-- Each delivery of those events, with the handler time of its last failure.
+SELECT d.event_id, d.id, s.name AS subscription, d.status, d.attempts, d.last_error, d.replays,
+       d.updated_at,
+       CASE WHEN d.status IN ('completed', 'dead', 'cancelled')
+            THEN extract(epoch FROM d.updated_at - e.created_at)::float8 END AS elapsed_seconds,
+       (SELECT a.duration_seconds FROM {schema}.delivery_attempts a
+        WHERE a.delivery_id = d.id ORDER BY a.id DESC LIMIT 1) AS last_attempt_seconds
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.event_id = ANY($1::bigint[])
+ORDER BY d.event_id, s.name;
+
+-- name: health_event_types
+-- Every event type in the log, found by a skip scan of the (event_type, key)
+-- index (one probe per type, not a scan of the log), with a count capped at $1.
+WITH RECURSIVE types AS (
+    (SELECT event_type FROM {schema}.events ORDER BY event_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.event_type FROM {schema}.events e
+            WHERE e.event_type > t.event_type ORDER BY e.event_type LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+)
+SELECT t.event_type,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.events e
+                              WHERE e.event_type = t.event_type LIMIT $1) c) AS events,
+       (SELECT count(*) FROM {schema}.subscriptions s WHERE s.event_type = t.event_type)
+           AS subscriptions
+FROM types t WHERE t.event_type IS NOT NULL
+ORDER BY t.event_type;
+
+-- name: health_subscriptions
+-- Per subscription, from the partial indexes only: pending rows
+-- (deliveries_pending), rows under a lease (deliveries_lease_until), dead rows
+-- (deliveries_dead).
+SELECT s.id, s.name, s.event_type, s.last_seen_at,
+       p.backlog, p.scheduled, p.lag_seconds,
+       coalesce(l.in_flight, 0) AS in_flight, coalesce(l.stuck, 0) AS stuck,
+       (SELECT count(*) FROM {schema}.deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead
+FROM {schema}.subscriptions s
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE d.run_at <= now()) AS backlog,
+           count(*) FILTER (WHERE d.run_at > now()) AS scheduled,
+           extract(epoch FROM now() - min(d.run_at) FILTER (WHERE d.run_at <= now()))::float8
+               AS lag_seconds
+    FROM {schema}.deliveries d WHERE d.subscription_id = s.id AND d.status = 'pending') p
+LEFT JOIN (
+    SELECT subscription_id, count(*) AS in_flight,
+           count(*) FILTER (WHERE lease_until < now()) AS stuck
+    FROM {schema}.deliveries
+    WHERE lease_until IS NOT NULL AND status = 'processing'
+    GROUP BY 1) l ON l.subscription_id = s.id
+ORDER BY s.name;
+
+-- name: health_completed_recent
+-- Completions in the last hour among the newest $1 deliveries (primary key
+-- order): bounded, so the answer is a lower bound when the window is full.
+SELECT subscription_id,
+       count(*) FILTER (WHERE status = 'completed' AND updated_at > now() - interval '1 hour') AS n,
+       count(*) AS examined
+FROM (SELECT subscription_id, status, updated_at FROM {schema}.deliveries
+      ORDER BY id DESC LIMIT $1) recent
+GROUP BY 1;
+
+-- name: health_tables
+-- Size and dead tuples of the bus's tables: what decides whether a queue
+-- table degrades (dead index entries walked by every claim).
+SELECT t.relname AS table, t.n_live_tup AS live_tuples, t.n_dead_tup AS dead_tuples,
+       pg_total_relation_size(t.relid) AS total_bytes, t.last_autovacuum
+FROM pg_stat_user_tables t
+WHERE t.schemaname = $1
+ORDER BY t.relname;
+
+-- name: health_horizon
+-- The oldest other transaction holding a snapshot or an xid: while it runs,
+-- VACUUM cannot remove any row version deleted after it started.
+SELECT pid, state, extract(epoch FROM now() - xact_start)::float8 AS age_seconds,
+       application_name
+FROM pg_stat_activity
+WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+  AND pid <> pg_backend_pid() AND xact_start IS NOT NULL
+ORDER BY xact_start
+LIMIT 1;
+
+-- name: health_last_prune
+SELECT ran_at FROM {schema}.maintenance WHERE name = 'prune';
+
+-- name: inspect_timeout
+-- Dashboard reads run in a read-only transaction with their own statement
+-- timeout, so a heavy filter can never hold a connection for long.
+SET LOCAL statement_timeout = '5s';
+
+-- name: find_deliveries
+-- The dashboard's delivery list: every filter optional, newest first below a
+-- cursor id (one descending walk of the primary key, however deep the page).
+-- The payload filter decodes JSON only for rows the cheaper filters kept.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE ($1::text IS NULL OR s.name = $1)
+  AND ($2::text IS NULL OR d.status = $2)
+  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($4::bigint IS NULL OR d.event_id = $4)
+  AND ($5::text IS NULL OR e.key = $5)
+  AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
+  AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
+  AND ($8::timestamptz IS NULL OR d.updated_at < $8)
+  AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
+  AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+  AND ($12::bigint IS NULL OR d.id < $12)
+ORDER BY d.id DESC
+LIMIT $13;
+
+-- name: count_deliveries
+-- As find_deliveries, counted no further than $12 rows: a capped count stays
+-- fast at millions of rows and the page shows "N+".
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE ($1::text IS NULL OR s.name = $1)
+      AND ($2::text IS NULL OR d.status = $2)
+      AND ($3::text IS NULL OR e.event_type = $3)
+      AND ($4::bigint IS NULL OR d.event_id = $4)
+      AND ($5::text IS NULL OR e.key = $5)
+      AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
+      AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
+      AND ($8::timestamptz IS NULL OR d.updated_at < $8)
+      AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
+      AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+    LIMIT $12
+) capped;
+
+-- name: delivery_ids
+-- The walk of a bulk replay, purge or cancel: the ids matching the filters of
+-- find_deliveries above the cursor $12, in id order (one ascending range read
+-- of the primary key per batch, from where the previous batch stopped).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE ($1::text IS NULL OR s.name = $1)
+  AND ($2::text IS NULL OR d.status = $2)
+  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($4::bigint IS NULL OR d.event_id = $4)
+  AND ($5::text IS NULL OR e.key = $5)
+  AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
+  AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
+  AND ($8::timestamptz IS NULL OR d.updated_at < $8)
+  AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
+  AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+  AND d.id > $12
+ORDER BY d.id
+LIMIT $13;
+
+-- name: delivery_ids_dead
+-- As delivery_ids for $2 = 'dead', with the status also written out: only
+-- then can the dead-letter partial index (deliveries_dead) serve the walk, so
+-- that it reads the dead rows alone however long the history around them is.
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND ($1::text IS NULL OR s.name = $1)
+  AND ($2::text IS NULL OR d.status = $2)
+  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($4::bigint IS NULL OR d.event_id = $4)
+  AND ($5::text IS NULL OR e.key = $5)
+  AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
+  AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
+  AND ($8::timestamptz IS NULL OR d.updated_at < $8)
+  AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
+  AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+  AND d.id > $12
+ORDER BY d.id
+LIMIT $13;
+
+-- name: event_row
+SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at
+FROM {schema}.events WHERE id = $1;
+
+-- name: event_deliveries
+-- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.event_id = $1
+ORDER BY s.name;
+
+-- name: event_history
+-- The failed attempts of every delivery of one event, oldest first.
+SELECT a.delivery_id, a.attempt, a.error_type, a.message, a.traceback,
+       coalesce(a.duration_seconds, 0) AS duration_seconds, a.worker_id::text, a.failed_at
+FROM {schema}.delivery_attempts a
+JOIN {schema}.deliveries d ON d.id = a.delivery_id
+WHERE d.event_id = $1
+ORDER BY a.id;

@@ -1,0 +1,232 @@
+-- Durable state machines of the PostgreSQL backend (PgWorkflows). {schema} is
+-- the validated, quoted schema.
+
+-- name: wf_load
+-- The pointer as committed, read at the start of every visit (no state lives
+-- in a worker between visits), with the database clock for age caps.
+SELECT i.*, now() AS now,
+       EXISTS (SELECT 1 FROM {schema}.wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = $2;
+
+-- name: wf_load_many
+-- wf_load for the visits starting together (one round trip for the batch).
+SELECT i.*, now() AS now,
+       EXISTS (SELECT 1 FROM {schema}.wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = ANY($2::text[]);
+
+-- name: wf_start
+-- Create the instance, or begin a new run of a finished one. A live run is
+-- untouched and returns no row: starting is idempotent per key.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at)
+VALUES ($1, $2, $3, 'pending', $4, now())
+ON CONFLICT (machine, key) DO UPDATE
+SET run_id = i.run_id + 1, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+    visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
+    last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
+    state_entered_at = now(), run_started_at = now(), updated_at = now()
+WHERE i.status IN ('completed', 'failed', 'cancelled')
+RETURNING i.*, now() AS now, false AS has_signals;
+
+-- name: wf_move
+-- The guarded transition and its history row in one statement: only from the
+-- version that was read and, for a visit, only while its delivery's lease
+-- holds. No row back means a stale visit; the caller writes nothing else.
+WITH moved AS (
+    UPDATE {schema}.wf_instances
+    SET state = $3, status = $4, version = version + 1, visits = $5, attempts = $6,
+        checkpoint = $7, last_error_code = $8, last_error = $9, held_state = $10,
+        compensate_to = $11,
+        next_run_at = CASE WHEN $12::float8 IS NULL THEN NULL
+                           ELSE now() + $12::float8 * interval '1 second' END,
+        state_entered_at = CASE WHEN $13::boolean THEN now() ELSE state_entered_at END,
+        run_id = CASE WHEN $14::boolean THEN run_id + 1 ELSE run_id END,
+        run_started_at = CASE WHEN $14::boolean THEN now() ELSE run_started_at END,
+        updated_at = now()
+    WHERE machine = $1 AND key = $2 AND version = $15
+      AND ($16::bigint IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.deliveries d
+            WHERE d.id = $16::bigint AND d.lease_token = $17::uuid AND d.status = 'processing'))
+    RETURNING version, run_id
+)
+INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome, next_state,
+                                 yielded, error_code, error, actor, reason, delivery_id, started_at)
+SELECT $1, $2, moved.run_id, moved.version, $18, $19, $20, $3, $21, $22, $23, $24, $25, $26,
+       COALESCE(to_timestamp($27::float8), now())
+FROM moved
+RETURNING version;
+
+-- name: wf_move_batch
+-- wf_move for a whole batch of transitions that write nothing else, in one
+-- statement (one round trip per batch, where one statement per transition
+-- cost most of a visit): each row is guarded on its own version and lease;
+-- the rows that moved get their history row and their next step event
+-- (inserted, fanned out, NOTIFY once per type, as `publish` does). Returns the
+-- input position and new version of each row that moved; a missing position
+-- was refused.
+WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[],
+                         $7::bytea[], $8::text[], $9::text[], $10::text[], $11::text[],
+                         $12::float8[], $13::boolean[], $14::boolean[], $15::bigint[],
+                         $16::bigint[], $17::uuid[], $18::text[], $19::int[], $20::text[],
+                         $21::boolean[], $22::text[], $23::text[], $24::text[], $25::text[],
+                         $26::bigint[], $27::float8[], $28::text[], $29::float8[])
+        WITH ORDINALITY AS t(machine, key, state, status, visits, attempts, checkpoint, error_code,
+                             error, held_state, compensate_to, next_run_in, entered, new_run,
+                             expected, lease_id, lease_token, h_state, visit, outcome, yielded,
+                             h_error_code, h_error, actor, reason, delivery_id, started_at, step,
+                             step_delay, ord)
+), moved AS (
+    UPDATE {schema}.wf_instances i
+    SET state = t.state, status = t.status, version = i.version + 1, visits = t.visits,
+        attempts = t.attempts, checkpoint = t.checkpoint, last_error_code = t.error_code,
+        last_error = t.error, held_state = t.held_state, compensate_to = t.compensate_to,
+        next_run_at = CASE WHEN t.next_run_in IS NULL THEN NULL
+                           ELSE now() + t.next_run_in * interval '1 second' END,
+        state_entered_at = CASE WHEN t.entered THEN now() ELSE i.state_entered_at END,
+        run_id = CASE WHEN t.new_run THEN i.run_id + 1 ELSE i.run_id END,
+        run_started_at = CASE WHEN t.new_run THEN now() ELSE i.run_started_at END,
+        updated_at = now()
+    FROM input t
+    WHERE i.machine = t.machine AND i.key = t.key AND i.version = t.expected
+      AND (t.lease_id IS NULL OR EXISTS (
+            SELECT 1 FROM {schema}.deliveries d
+            WHERE d.id = t.lease_id AND d.lease_token = t.lease_token AND d.status = 'processing'))
+    RETURNING t.ord, i.version, i.run_id
+), hist AS (
+    INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome,
+                                     next_state, yielded, error_code, error, actor, reason,
+                                     delivery_id, started_at)
+    SELECT t.machine, t.key, m.run_id, m.version, t.h_state, t.visit, t.outcome, t.state,
+           t.yielded, t.h_error_code, t.h_error, t.actor, t.reason, t.delivery_id,
+           COALESCE(to_timestamp(t.started_at), now())
+    FROM moved m JOIN input t ON t.ord = m.ord
+    RETURNING 1
+), step AS (
+    INSERT INTO {schema}.events (event_type, key, payload, ordering_key, deliver_at)
+    SELECT 'wf.step.' || t.machine, 'wf/' || t.machine || '/' || t.key || '/v' || m.version || '/' || t.step,
+           convert_to(jsonb_build_object('key', t.key, 'version', m.version, 'reason', t.step)::text,
+                      'UTF8'),
+           t.machine || '/' || t.key, now() + t.step_delay * interval '1 second'
+    FROM moved m JOIN input t ON t.ord = m.ord
+    WHERE t.step IS NOT NULL
+    ORDER BY t.ord
+    ON CONFLICT (event_type, key) DO NOTHING
+    RETURNING id, event_type, ordering_key, deliver_at
+), fanout AS (
+    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
+    SELECT step.id, s.id, CASE WHEN s.ordered THEN step.ordering_key END, step.deliver_at
+    FROM step JOIN {schema}.subscriptions s
+      ON s.event_type = step.event_type AND s.state <> 'removed'
+), notified AS (
+    SELECT pg_notify($30, x.event_type) FROM (SELECT DISTINCT event_type FROM step) x
+)
+SELECT m.ord, m.version, (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM hist) AS written
+FROM moved m;
+
+-- name: wf_consume_signals
+-- Signals read by the visit are consumed by its transition, never before.
+UPDATE {schema}.wf_signals SET consumed_version = $3
+WHERE machine = $1 AND key = $2 AND id = ANY($4::bigint[]) AND consumed_version IS NULL;
+
+-- name: wf_signal_waiting
+-- Is a signal the state wakes on already here? Then its yield ends at once.
+SELECT EXISTS (SELECT 1 FROM {schema}.wf_signals
+               WHERE machine = $1 AND key = $2 AND consumed_version IS NULL
+                 AND name = ANY($3::text[]));
+
+-- name: wf_effect_insert
+INSERT INTO {schema}.wf_effects (machine, key, run_id, state, op_key, kind, ref, compensation)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8);
+
+-- name: wf_effect_status
+UPDATE {schema}.wf_effects SET status = $2 WHERE id = $1 AND status <> 'compensated';
+
+-- name: wf_approval_request
+INSERT INTO {schema}.wf_approvals (machine, key, run_id, state, input, input_hash, status, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, 'pending', now() + $7::float8 * interval '1 second');
+
+-- name: wf_approval_update
+-- Guarded by the status the visit saw (a decision that raced it wins); a
+-- decision is used once: the transition that acts on it stamps its version.
+UPDATE {schema}.wf_approvals
+SET status = $3::text,
+    consumed_version = CASE WHEN $3::text IN ('approved', 'denied') THEN $4::bigint END
+WHERE id = $1 AND status = $2 AND consumed_version IS NULL;
+
+-- name: wf_lock
+-- Signals and decisions lock the pointer first, so a transition committing
+-- concurrently either sees their row or is seen by them.
+SELECT state, status, version FROM {schema}.wf_instances
+WHERE machine = $1 AND key = $2 FOR UPDATE;
+
+-- name: wf_hasten
+-- A step due now pulls the instance's delayed steps (a tick waiting for its
+-- poll) forward: the step subscription is FIFO per instance, so the earlier
+-- tick is the head and would hold the wake-up back until its time.
+UPDATE {schema}.deliveries d SET run_at = now(), updated_at = now()
+FROM {schema}.subscriptions s, unnest($1::text[], $2::text[]) AS t(event_type, ordering_key)
+WHERE s.event_type = t.event_type AND d.subscription_id = s.id AND d.ordering_key = t.ordering_key
+  AND d.status = 'pending' AND d.run_at > now();
+
+-- name: wf_signal_insert
+INSERT INTO {schema}.wf_signals (machine, key, name, dedupe, payload)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (machine, key, name, dedupe) DO NOTHING
+RETURNING id;
+
+-- name: wf_decide
+-- Single use: only a pending, unexpired approval can be decided, once.
+UPDATE {schema}.wf_approvals
+SET status = $2, decided_by = $3, decided_at = now(), reason = $4
+WHERE id = $1 AND status = 'pending' AND expires_at > now()
+RETURNING *;
+
+-- name: wf_list
+SELECT i.*, now() AS now, false AS has_signals FROM {schema}.wf_instances i
+WHERE i.machine = $1 AND ($2::text IS NULL OR i.status = $2) AND ($3::text IS NULL OR i.state = $3)
+ORDER BY i.key LIMIT $4;
+
+-- name: wf_counts
+SELECT state, status, count(*) AS n FROM {schema}.wf_instances WHERE machine = $1
+GROUP BY state, status;
+
+-- name: wf_history
+SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
+       reason, delivery_id, started_at, at
+FROM {schema}.wf_history WHERE machine = $1 AND key = $2 ORDER BY version;
+
+-- name: wf_signals
+SELECT id, name, dedupe, payload, created_at, consumed_version FROM {schema}.wf_signals
+WHERE machine = $1 AND key = $2 AND (NOT $3::boolean OR consumed_version IS NULL)
+ORDER BY id;
+
+-- name: wf_approvals
+SELECT * FROM {schema}.wf_approvals WHERE machine = $1 AND key = $2 ORDER BY id;
+
+-- name: wf_approval
+SELECT * FROM {schema}.wf_approvals WHERE id = $1;
+
+-- name: wf_effects
+SELECT id, run_id, state, op_key, kind, ref, compensation, status FROM {schema}.wf_effects
+WHERE machine = $1 AND key = $2 AND run_id = $3 ORDER BY id;
+
+-- name: wf_sweep
+-- Live instances overdue by more than the grace with no step pending or
+-- processing: their tick was lost (a dead or cancelled step delivery).
+SELECT i.key, i.version FROM {schema}.wf_instances i
+WHERE i.next_run_at < now() - $2::float8 * interval '1 second' AND i.machine = $1
+  AND i.status IN ('pending', 'running', 'waiting', 'waiting_approval')
+  AND NOT EXISTS (
+        SELECT 1 FROM {schema}.deliveries d JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+        WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
+          AND d.status = 'pending')
+  AND NOT EXISTS (
+        SELECT 1 FROM {schema}.deliveries d JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+        WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
+          AND d.status = 'processing')
+ORDER BY i.next_run_at LIMIT $3;

@@ -1,0 +1,74 @@
+"""The retention port on PostgreSQL: one pruner per schema, short batches that never wait on locks."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import anyio
+import orjson
+
+from .._observe import Override, shortest_cutoff
+from .._rows import row_as
+from ..ports import PruneBatch
+from ._db import PgDb
+
+__all__ = ["PgRetention"]
+
+
+class PgRetention:
+    """:class:`~eventbus.backends.ports.RetentionStore` on PostgreSQL (the guarantees are there)."""
+
+    def __init__(self, db: PgDb) -> None:
+        self.db = db
+        self.q = db.q
+
+    @contextlib.asynccontextmanager
+    async def lock(self) -> AsyncIterator[bool]:
+        """Try to become the one pruner (a session advisory lock); yields False when another is."""
+        async with self.db.conn() as conn:
+            held = bool(await conn.fetchval(self.q["prune_try_lock"], self.db.channel))
+            try:
+                yield held
+            finally:
+                if held:
+                    # Shielded: a pooled connection must never keep the lock after a cancel.
+                    with anyio.CancelScope(shield=True):
+                        await conn.fetchval(self.q["prune_unlock"], self.db.channel)
+
+    async def prune_batch(
+        self,
+        after_event_id: int,
+        limit: int,
+        *,
+        completed_seconds: float | None,
+        dead_seconds: float | None,
+        dedup_seconds: float,
+        dry_run: bool = False,
+        overrides: Sequence[Override] = (),
+    ) -> PruneBatch:
+        """Prune among the ``limit`` events after ``after_event_id`` (see ``RetentionStore``)."""
+        args = (
+            after_event_id,
+            limit,
+            completed_seconds,
+            dead_seconds,
+            dedup_seconds,
+            dry_run,
+            [o[0] for o in overrides],
+            [o[1] for o in overrides],
+            [o[2] for o in overrides],
+            shortest_cutoff(completed_seconds, dead_seconds, overrides),
+        )
+        async with self.db.conn() as conn, conn.transaction():
+            # Never queue behind (or in front of) another lock holder for long.
+            await conn.execute("SET LOCAL lock_timeout = '200ms'")
+            row = await conn.fetchrow(self.q["prune_batch"], *args)
+        # ``young`` is NULL for an empty batch (the end of the log).
+        return row_as(PruneBatch, row, renames={"last_id": "last_event_id"}, young=bool(row["young"]))
+
+    async def record_prune(self, report: dict[str, Any]) -> None:
+        """Note that a pass ran, with its summary (``status`` shows when)."""
+        async with self.db.conn() as conn:
+            await conn.execute(self.q["prune_record"], orjson.dumps(report).decode())
