@@ -28,8 +28,8 @@ class Recorded:
     def __init__(self, bus: Bus) -> None:
         self.calls: list[tuple[asyncio.Task[Any] | None, int]] = []
         name = "publish_serial" if bus.coalescer is not None else "publish"
-        self._publish: Flush = getattr(bus.backend, name)
-        setattr(bus.backend, name, self)
+        self._publish: Flush = getattr(bus.backend.deliveries, name)
+        setattr(bus.backend.deliveries, name, self)
 
     async def __call__(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         self.calls.append((asyncio.current_task(), len(events)))

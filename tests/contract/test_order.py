@@ -131,7 +131,7 @@ async def test_switching_an_ordered_subscription_to_unordered_runs_its_backlog(m
     async def unordered(event: OrderPlaced, ctx: Context) -> None:
         handled.append(event.order_id)
 
-    claims = _count_calls(second.backend, "claim")
+    claims = _count_calls(second.backend.deliveries, "claim")
     with anyio.fail_after(10):
         await drain(second)
     assert sorted(handled) == sorted(f"{k}:{i}" for k in "ab" for i in range(3))
@@ -195,7 +195,7 @@ async def test_a_busy_key_does_not_make_the_worker_spin(bus, monkeypatch) -> Non
 
     await bus.register()
     await bus.publish_many(_steps("a", 5))
-    claims = _count_calls(bus.backend, "claim")
+    claims = _count_calls(bus.backend.deliveries, "claim")
     writes = [0]
     real_write = _link.write
 
