@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...errors import RegistrationError
-from ...types import DeliveryId, PublishResult
-from .._rows import row_as
+from ...types import DeliveryId, EventId, PublishResult
 from ..base import (
     ClaimedDelivery,
     Completion,
@@ -26,11 +25,12 @@ from ..base import (
     LeaseKey,
     OutgoingEvent,
     SubscriptionSpec,
+    decode_headers,
     warn_not_active,
 )
 from ._db import SQLiteDb
 from ._link import Queries
-from ._units import Row, event_types_of, ids_json, publish, rows
+from ._units import Row, event_types_of, ids_json, publish, rows, to_time
 
 __all__ = ["SQLiteDeliveries"]
 
@@ -140,11 +140,26 @@ class SQLiteDeliveries:
 
 
 def claimed_of(d: Row, e: Row, subscription_id: int, token: str) -> ClaimedDelivery:
-    """A claimed delivery from its claimed row and its event's row."""
-    values = dict(e)
-    values.update(d)  # the delivery's id wins over the event's
-    return row_as(
-        ClaimedDelivery, values, json=("headers",), subscription_id=subscription_id, lease_token=token
+    """A claimed delivery from its claimed row and its event's row.
+
+    Written out by hand, not through ``row_as``: every delivery a worker runs
+    passes here, and the generic conversion costs about twice as much per row.
+    """
+    return ClaimedDelivery(
+        id=DeliveryId(d["id"]),
+        event_id=EventId(d["event_id"]),
+        subscription_id=subscription_id,
+        attempts=d["attempts"],
+        lease_token=token,
+        event_type=e["event_type"],
+        payload=bytes(e["payload"]),
+        headers=decode_headers(e["headers"]),
+        key=e["key"],
+        correlation_id=e["correlation_id"],
+        ordering_key=d["ordering_key"],
+        created_at=to_time(e["created_at"]),
+        run_at=to_time(d["run_at"]),
+        causation_id=e["causation_id"],
     )
 
 
