@@ -6,7 +6,8 @@ resolved, nothing executed) with every parameter bound to NULL, inside a
 transaction that is rolled back. The names a backend's modules ask for
 (``q["name"]``, ``db.fetch("name", …)``, ``db.write_if("name", …)``) are read
 from their source, so a query no module asks for, or a name no file defines,
-fails here rather than in production.
+fails here rather than in production. The SQLite dead-letter walk is checked
+to read the partial index of dead rows, as the walk it replaced did.
 """
 
 from __future__ import annotations
@@ -68,6 +69,37 @@ async def test_every_sqlite_query_prepares(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert failed == {}
+
+
+async def test_the_sqlite_dead_letter_walk_reads_the_dead_index(tmp_path: Path) -> None:
+    """A thousand dead among ten million deliveries: the walk reads deliveries_dead, not the table."""
+    path = tmp_path / "bus.db"
+    backend = SQLiteBackend(f"sqlite:///{path}", migrate=True)
+    await backend.schema.migrate()
+    await backend.aclose()
+    q = load_queries("sqlite", "main")
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("ANALYZE")
+        conn.execute("DELETE FROM sqlite_stat1")
+        conn.executemany(
+            "INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES (?, ?, ?)",
+            [
+                ("deliveries", None, "10000000"),
+                ("deliveries", "deliveries_dead", "1000 100 1"),
+                ("events", None, "5000000"),
+                ("subscriptions", None, "10"),
+            ],
+        )
+        conn.execute("ANALYZE sqlite_schema")  # reload the statistics
+
+        def plan(name: str) -> list[str]:
+            return [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {q[name]}", _Nulls())]
+
+        assert plan("delivery_ids_dead")[0] == "SCAN d USING INDEX deliveries_dead"
+        assert plan("delivery_ids")[0] == "SEARCH d USING INTEGER PRIMARY KEY (rowid>?)"
+    finally:
+        conn.close()
 
 
 def _names(node: ast.expr) -> list[str]:
