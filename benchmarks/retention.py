@@ -29,7 +29,7 @@ from eventbus.cli.bench import BenchEvent, scratch_bus
 async def _size(bus: Bus) -> int:
     backend: Any = bus.backend
     if bus.backend.kind == "sqlite":
-        files = [anyio.Path(backend.path), anyio.Path(backend.path + "-wal")]
+        files = [anyio.Path(backend.db.path), anyio.Path(backend.db.path + "-wal")]
         return sum([(await f.stat()).st_size for f in files if await f.exists()])
     async with backend.db.conn() as conn:
         return int(

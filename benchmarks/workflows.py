@@ -104,7 +104,7 @@ class Target:
             "SELECT (SELECT count(*) FROM events) + 3 * (SELECT count(*) FROM deliveries)"
             " + 2 * (SELECT count(*) FROM wf_history)"
         )
-        return int((await backend._read(lambda c: c.execute(sql).fetchone()))[0])
+        return int((await backend.db.read(lambda c: c.execute(sql).fetchone()))[0])
 
 
 async def start_all(bus: Bus, m: Machine[Step], n: int) -> None:

@@ -28,7 +28,7 @@ async def pay(event: PaymentRequested, ctx: Context) -> None:
 async def test_temporary_sqlite_bus_runs_a_chain_and_leaves_nothing_behind() -> None:
     paid.clear()
     async with temporary_bus(router=app) as bus:
-        path = bus.backend.path  # type: ignore[attr-defined]
+        path = bus.backend.db.path  # type: ignore[attr-defined]
         await bus.publish(OrderPlaced(order_id="o-1"))
         drained = await drain(bus)
         assert paid == ["o-1"] and drained.processed == 2

@@ -54,7 +54,7 @@ async def step_deliveries(bus: Bus, machine: str, key: str) -> dict[str, list[in
         pairs = [(r["id"], r["status"]) for r in rows]
     else:
         sql = "SELECT id, status FROM deliveries WHERE ordering_key = ?"
-        pairs = await backend._read(lambda c: [tuple(r) for r in c.execute(sql, (okey,)).fetchall()])
+        pairs = await backend.db.read(lambda c: [tuple(r) for r in c.execute(sql, (okey,)).fetchall()])
     out: dict[str, list[int]] = {}
     for delivery_id, status in pairs:
         out.setdefault(status, []).append(delivery_id)

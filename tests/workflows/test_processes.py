@@ -80,7 +80,7 @@ async def busy_while_waiting(bus: Bus) -> tuple[int, int]:
             )
         return int(row[0]), int(row[1])
     now = "(julianday('now') - 2440587.5) * 86400.0"
-    row = await backend._read(lambda c: c.execute(sql.format(s="", now=now, grace="0.3")).fetchone())
+    row = await backend.db.read(lambda c: c.execute(sql.format(s="", now=now, grace="0.3")).fetchone())
     return int(row[0]), int(row[1])
 
 

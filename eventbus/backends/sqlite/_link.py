@@ -23,24 +23,17 @@ import random
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
 import anyio
 
-from ...errors import (
-    BackendError,
-    BackendUnavailable,
-    ConfigurationError,
-    EventBusError,
-    SchemaNotMigrated,
-)
+from ...errors import BackendError, BackendUnavailable, EventBusError, SchemaNotMigrated
+from ._dsn import SYNCHRONOUS
 
 __all__ = [
     "BUSY_SLICE_MS",
-    "DsnOptions",
     "Link",
     "Queries",
     "checkpoint",
@@ -48,7 +41,6 @@ __all__ = [
     "enable_wal",
     "file_size",
     "is_busy",
-    "parse_dsn",
     "read",
     "translate_errors",
     "write",
@@ -65,11 +57,7 @@ BUSY_SLICE_MS = 100
 """Longest wait inside SQLite for another connection's lock; the busy retries
 continue it up to the deadline, checking between slices whether the caller left."""
 _current = threading.local()  # the unit a link's thread is running
-_SYNCHRONOUS = {
-    "FULL": "PRAGMA synchronous = FULL",
-    "NORMAL": "PRAGMA synchronous = NORMAL",
-    "EXTRA": "PRAGMA synchronous = EXTRA",
-}
+_SYNCHRONOUS = {level: f"PRAGMA synchronous = {level}" for level in SYNCHRONOUS}
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -227,68 +215,6 @@ def translate_errors() -> Iterator[None]:
         raise BackendError(f"SQLite refused the operation: {exc}") from exc
     except sqlite3.Error as exc:
         raise BackendError(f"SQLite refused the operation: {exc}") from exc
-
-
-class DsnOptions(NamedTuple):
-    """What a SQLite DSN names: the file and the options of its query string."""
-
-    path: str
-    synchronous: str | None = None
-    busy_timeout_ms: int | None = None
-
-
-_DSN_OPTIONS = ("synchronous", "busy_timeout_ms")
-
-
-def parse_dsn(dsn: str) -> DsnOptions:
-    """Parse ``sqlite:///relative.db`` or ``sqlite:////abs.db[?synchronous=NORMAL&busy_timeout_ms=5000]``.
-
-    The path comes back absolute. Options are ``synchronous`` (``FULL``,
-    ``NORMAL`` or ``EXTRA``) and ``busy_timeout_ms`` (a non-negative integer);
-    anything else, a repeated option or a malformed value is refused.
-    """
-    parts = urllib.parse.urlsplit(dsn)
-    if parts.scheme != "sqlite" or parts.netloc or parts.fragment:
-        raise ConfigurationError(
-            f"invalid SQLite DSN {dsn!r}: use sqlite:///relative/path.db or "
-            "sqlite:////absolute/path.db[?synchronous=NORMAL&busy_timeout_ms=5000]"
-        )
-    path = urllib.parse.unquote(parts.path[1:])
-    if not path or path == ":memory:":
-        raise ConfigurationError(
-            f"invalid SQLite DSN {dsn!r}: name a file (an in-memory database cannot be "
-            "shared by the connections and processes of a bus; use a temporary file)"
-        )
-    options = _dsn_options(dsn, parts.query)
-    return DsnOptions(os.path.abspath(path), **options)
-
-
-def _dsn_options(dsn: str, query: str) -> dict[str, Any]:
-    try:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query))
-    except ValueError as exc:
-        raise ConfigurationError(f"invalid SQLite DSN {dsn!r}: malformed options ({exc})") from exc
-    options: dict[str, Any] = {}
-    for name, value in pairs:
-        if name not in _DSN_OPTIONS:
-            raise ConfigurationError(
-                f"invalid SQLite DSN {dsn!r}: unknown option {name!r} (known: {', '.join(_DSN_OPTIONS)})"
-            )
-        if name in options:
-            raise ConfigurationError(f"invalid SQLite DSN {dsn!r}: option {name!r} is repeated")
-        if name == "synchronous":
-            if value.upper() not in _SYNCHRONOUS:
-                raise ConfigurationError(
-                    f"invalid SQLite DSN {dsn!r}: synchronous must be FULL, NORMAL or EXTRA"
-                )
-            options[name] = value.upper()
-        else:
-            if not value.isdigit():
-                raise ConfigurationError(
-                    f"invalid SQLite DSN {dsn!r}: busy_timeout_ms must be a non-negative integer"
-                )
-            options[name] = int(value)
-    return options
 
 
 def run_on_connection_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:

@@ -10,7 +10,8 @@ import pytest
 
 from eventbus import Bus, ConfigurationError
 from eventbus.backends.sqlite import SQLiteBackend
-from eventbus.backends.sqlite._link import BUSY_SLICE_MS, DsnOptions, parse_dsn
+from eventbus.backends.sqlite._dsn import DsnOptions, parse_dsn
+from eventbus.backends.sqlite._link import BUSY_SLICE_MS
 
 from ...support.processes import EVENTBUS, ROOT
 
@@ -51,17 +52,17 @@ def test_parse_dsn_refuses_bad_options(dsn: str, match: str) -> None:
 def test_dsn_options_and_keyword_arguments_must_agree(tmp_path: Path) -> None:
     dsn = f"sqlite:///{tmp_path / 'a.db'}?synchronous=NORMAL&busy_timeout_ms=1500"
     backend = SQLiteBackend(dsn)
-    assert (backend.synchronous, backend.busy_timeout_ms) == ("NORMAL", 1500)
-    assert backend.path == str(tmp_path / "a.db")
-    same = SQLiteBackend(dsn, synchronous="normal", busy_timeout_ms=1500)
+    assert (backend.db.options.synchronous, backend.db.options.busy_timeout_ms) == ("NORMAL", 1500)
+    assert backend.db.path == str(tmp_path / "a.db")
+    same = SQLiteBackend(dsn, synchronous="normal", busy_timeout_ms=1500).db.options
     assert (same.synchronous, same.busy_timeout_ms) == ("NORMAL", 1500)
     with pytest.raises(ConfigurationError, match="synchronous is 'NORMAL' in the DSN"):
         SQLiteBackend(dsn, synchronous="FULL")
     with pytest.raises(ConfigurationError, match="busy_timeout_ms"):
         SQLiteBackend(dsn, busy_timeout_ms=30000)
-    plain = SQLiteBackend(f"sqlite:///{tmp_path / 'b.db'}", synchronous="NORMAL")
+    plain = SQLiteBackend(f"sqlite:///{tmp_path / 'b.db'}", synchronous="NORMAL").db.options
     assert (plain.synchronous, plain.busy_timeout_ms) == ("NORMAL", 30000)
-    default = SQLiteBackend(f"sqlite:///{tmp_path / 'c.db'}")
+    default = SQLiteBackend(f"sqlite:///{tmp_path / 'c.db'}").db.options
     assert (default.synchronous, default.busy_timeout_ms) == ("FULL", 30000)
 
 
@@ -71,7 +72,7 @@ async def test_dsn_options_reach_the_connections(tmp_path: Path, synchronous: st
     async with bus:
         backend = bus.backend
         assert isinstance(backend, SQLiteBackend)
-        writer = backend._writer
+        writer = backend.db.writer
         assert writer is not None
 
         async def pragma(name: str) -> object:
@@ -80,7 +81,7 @@ async def test_dsn_options_reach_the_connections(tmp_path: Path, synchronous: st
         assert await pragma("synchronous") == level
         # SQLite waits in short slices; the backend keeps retrying up to its deadline.
         assert await pragma("busy_timeout") == min(1234, BUSY_SLICE_MS)
-        assert backend.busy_timeout_ms == 1234
+        assert backend.db.options.busy_timeout_ms == 1234
         assert await pragma("journal_mode") == "wal"
         report = await bus.status()
         assert report.events == 0

@@ -1,66 +1,80 @@
-"""The schedule port of the SQLite backend: declare, tick, inspect, operate.
+"""The :class:`~eventbus.backends.base.ScheduleStore` port on SQLite: declare, tick, inspect, operate.
 
 A tick is one ``BEGIN IMMEDIATE`` transaction run whole on the writer's
-thread (see :mod:`._units`): the write lock keeps any other tick, in this
-process or another, out until it commits, so the claim needs no row locks.
-For each due schedule: the finish of its last firing, the plan from the
-planner, the events published, the occurrences recorded and the schedule
-advanced, all in that one commit. Times are REAL epoch seconds.
+thread: the write lock keeps any other tick, in this process or another, out
+until it commits, so the claim needs no row locks. For each due schedule: the
+finish of its last firing, the plan from the planner, the events published,
+the occurrences recorded and the schedule advanced, all in that one commit.
+Times are REAL epoch seconds.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeVar
 
 import msgspec
 import orjson
 
 from ...errors import BackendError
 from ...types import EventId, OccurrenceInfo, ScheduleInfo, TickReport
+from .._rows import row_as, rows_as
 from ..base import ScheduleDecl, SchedulePlanner, TickPlan
-from . import _units as sync
+from ._db import SQLiteDb
 from ._link import Queries
+from ._units import publish, to_epoch, to_time
 
 __all__ = ["SQLiteSchedules"]
 
-T = TypeVar("T")
 _REQUESTED_PER_TICK = 1000
-_TIMES = ("anchor", "next_occurrence_at", "next_run_at", "last_run_at", "last_finished_at", "buffered_for")
 
 
-def _time(value: float | None) -> datetime | None:
-    return None if value is None else sync.to_time(value)
+class SQLiteSchedules:
+    """Schedules and their occurrences in one SQLite file."""
 
+    def __init__(self, db: SQLiteDb) -> None:
+        self._db = db
 
-def _epoch(value: datetime) -> float:
-    epoch = sync.to_epoch(value)
-    assert epoch is not None
-    return epoch
+    async def declare(self, decls: Sequence[ScheduleDecl], planner: SchedulePlanner) -> None:
+        if decls:
+            await self._db.write(declare, decls, planner)
+
+    async def tick(self, planner: SchedulePlanner, limit: int) -> TickReport:
+        key = {"set_id": planner.set_id}
+        done = await self._db.write_if("schedule_probe", key, tick, planner, limit)
+        if done is None:
+            due = await self._db.fetch("schedule_next_due", key)
+            return TickReport(0, 0, 0, due[0][0] if due else None, False)
+        report, types = done
+        self._db.wake(types)
+        return report
+
+    async def find(self, name: str | None = None) -> list[ScheduleInfo]:
+        return [info_of(r) for r in await self._db.fetch("schedules_list", {"name": name})]
+
+    async def occurrences(self, name: str, limit: int) -> list[OccurrenceInfo]:
+        found = await self._db.fetch("occurrences_list", {"name": name, "limit": limit})
+        return rows_as(OccurrenceInfo, found)
+
+    async def pause(self, name: str, paused: bool) -> bool:
+        return await self._db.write(pause, name, paused)
+
+    async def remove(self, name: str) -> bool:
+        return await self._db.write(remove, name)
+
+    async def request(self, name: str, times: Sequence[datetime] | None) -> list[datetime]:
+        return await self._db.write(request, name, times)
 
 
 def info_of(row: sqlite3.Row) -> ScheduleInfo:
-    values = dict(row)
-    for name in _TIMES:
-        values[name] = _time(values[name])
-    values["updated_at"] = _time(values["updated_at"])
-    values["requested"] = bool(values["requested"])
-    values["paused"] = values.pop("paused_at") is not None
-    values.pop("created_at")
-    return ScheduleInfo(**values)
+    return row_as(ScheduleInfo, row, paused=row["paused_at"] is not None)
 
 
-def occurrence_of(row: sqlite3.Row) -> OccurrenceInfo:
-    return OccurrenceInfo(
-        schedule=row["schedule"],
-        scheduled_for=sync.to_time(row["scheduled_for"]),
-        status=row["status"],
-        event_id=row["event_id"],
-        fired_at=_time(row["fired_at"]),
-        finished_at=_time(row["finished_at"]),
-    )
+def _epoch(value: datetime) -> float:
+    epoch = to_epoch(value)
+    assert epoch is not None
+    return epoch
 
 
 # -- units of work (on the writer's thread, under the write lock) ---------------------
@@ -79,7 +93,7 @@ def declare(
     for d in sorted(decls, key=lambda d: d.name):
         old = existing.get(d.name)
         reset = old is None or not d.same_times(old)
-        start = sync.to_time(now) if old is None else old.next_occurrence_at
+        start = to_time(now) if old is None else old.next_occurrence_at
         first = planner.first_occurrence(d, start) if reset else start
         params = msgspec.structs.asdict(d)
         params.update(anchor=_epoch(d.anchor), first=_epoch(first), reset=int(reset), now=now)
@@ -114,8 +128,8 @@ def _tick_one(
     requested: list[datetime] = []
     if row.requested:
         found = conn.execute(q["schedule_requested"], {"name": row.name, "limit": _REQUESTED_PER_TICK + 1})
-        requested = [sync.to_time(r[0]) for r in found]
-    plan = planner.plan(row, sync.to_time(now), requested[:_REQUESTED_PER_TICK])
+        requested = [to_time(r[0]) for r in found]
+    plan = planner.plan(row, to_time(now), requested[:_REQUESTED_PER_TICK])
     last_event = _apply(conn, q, now, row.name, plan, types)
     params = {
         "name": row.name,
@@ -143,7 +157,7 @@ def _note_finish(conn: sqlite3.Connection, q: Queries, row: ScheduleInfo) -> Sch
     params = {"name": row.name, "event_id": row.last_event_id, "finished": finished}
     conn.execute(q["schedule_finished_occurrence"], params)
     conn.execute(q["schedule_finished"], params)
-    return msgspec.structs.replace(row, last_finished_at=sync.to_time(finished))
+    return msgspec.structs.replace(row, last_finished_at=to_time(finished))
 
 
 def _apply(
@@ -151,7 +165,7 @@ def _apply(
 ) -> EventId | None:
     """Publish the fired occurrences' events and record every occurrence; the last event id."""
     works = [o.work for o in plan.occurrences if o.work is not None]
-    published, woken = sync.publish(conn, q, now, works) if works else ([], set())
+    published, woken = publish(conn, q, now, works) if works else ([], set())
     types.update(woken)
     results = iter(published)
     last: EventId | None = None
@@ -171,12 +185,12 @@ def request(
 ) -> list[datetime]:
     if conn.execute(q["schedule_request"], {"name": name, "now": now}).fetchone() is None:
         return []
-    stamps = [_epoch(sync.to_time(now))] if times is None else [_epoch(t) for t in times]
+    stamps = [_epoch(to_time(now))] if times is None else [_epoch(t) for t in times]
     requested = []
     for at in stamps:
         row = conn.execute(q["occurrence_request"], {"name": name, "at": at, "now": now}).fetchone()
         if row is not None:
-            requested.append(sync.to_time(row[0]))
+            requested.append(to_time(row[0]))
     return requested
 
 
@@ -190,56 +204,3 @@ def remove(conn: sqlite3.Connection, q: Queries, now: float, name: str) -> bool:
         return False
     conn.execute(q["schedule_remove_occurrences"], {"name": name})
     return True
-
-
-# -- the port ---------------------------------------------------------------------------
-
-
-class SQLiteSchedules:
-    """Mixed into :class:`SQLiteBackend`: the :class:`ScheduleStore` port."""
-
-    async def _write(self, body: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError
-
-    async def _write_if(
-        self, probe: str, params: dict[str, Any], body: Callable[..., T], *args: Any
-    ) -> T | None:
-        raise NotImplementedError
-
-    async def _fetch(self, name: str, params: Any = ()) -> list[sqlite3.Row]:
-        raise NotImplementedError
-
-    def wake_local(self, event_types: set[str]) -> None:
-        raise NotImplementedError
-
-    async def declare_schedules(self, decls: Sequence[ScheduleDecl], planner: SchedulePlanner) -> None:
-        if decls:
-            await self._write(declare, decls, planner)
-
-    async def tick_schedules(self, planner: SchedulePlanner, limit: int) -> TickReport:
-        key = {"set_id": planner.set_id}
-        done = await self._write_if("schedule_probe", key, tick, planner, limit)
-        if done is None:
-            rows = await self._fetch("schedule_next_due", key)
-            return TickReport(0, 0, 0, rows[0][0] if rows else None, False)
-        report, types = done
-        if types:
-            self.wake_local(types)
-        return report
-
-    async def schedules(self, name: str | None = None) -> list[ScheduleInfo]:
-        return [info_of(r) for r in await self._fetch("schedules_list", {"name": name})]
-
-    async def occurrences(self, name: str, limit: int) -> list[OccurrenceInfo]:
-        return [
-            occurrence_of(r) for r in await self._fetch("occurrences_list", {"name": name, "limit": limit})
-        ]
-
-    async def pause_schedule(self, name: str, paused: bool) -> bool:
-        return await self._write(pause, name, paused)
-
-    async def remove_schedule(self, name: str) -> bool:
-        return await self._write(remove, name)
-
-    async def request_occurrences(self, name: str, times: Sequence[datetime] | None) -> list[datetime]:
-        return await self._write(request, name, times)

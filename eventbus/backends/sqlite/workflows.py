@@ -1,16 +1,16 @@
 """The :class:`~eventbus.backends.base.WorkflowStore` port on SQLite.
 
 The write functions are transaction bodies (``conn, q, now, ...``) run under
-``BEGIN IMMEDIATE`` on the writer's thread, like those of :mod:`._units`; the
-write lock serialises them with every claim and completion of the file.
+``BEGIN IMMEDIATE`` on the writer's thread, like those of :mod:`.delivery`;
+the write lock serialises them with every claim and completion of the file.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
@@ -21,58 +21,109 @@ from ...types import (
     WorkflowInstance,
     WorkflowSignalRow,
 )
+from .._rows import row_as, rows_as
 from ..base import OutgoingEvent, WorkflowTransition, workflow_step
+from ._db import SQLiteDb
 from ._link import Queries
-from ._units import publish, to_time
+from ._units import publish
 
 __all__ = ["SQLiteWorkflows"]
 
-T = TypeVar("T")
 Row = sqlite3.Row
 
 
-def _time_or_none(value: float | None) -> Any:
-    return None if value is None else to_time(value)
+class SQLiteWorkflows:
+    """State-machine pointers, history, signals, approvals and effects in one SQLite file."""
+
+    def __init__(self, db: SQLiteDb) -> None:
+        self._db = db
+
+    async def start(
+        self, machine: str, key: str, state: str, checkpoint: bytes
+    ) -> tuple[WorkflowInstance, bool]:
+        inst, started, types = await self._db.write(start, machine, key, state, checkpoint)
+        self._db.wake(types)
+        return inst, started
+
+    async def load(self, machine: str, key: str) -> WorkflowInstance | None:
+        found = await self._db.fetch("wf_load", {"machine": machine, "key": key})
+        return instance_of(found[0]) if found else None
+
+    async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+        params = {"machine": machine, "keys": orjson.dumps(list(keys)).decode()}
+        return {r["key"]: instance_of(r) for r in await self._db.fetch("wf_load_many", params)}
+
+    async def commit(self, t: WorkflowTransition) -> int | None:
+        return (await self.commit_many([t]))[0]
+
+    async def commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
+        versions, types = await self._db.write(commit_many, ts)
+        self._db.wake(types)
+        return versions
+
+    async def find(
+        self, machine: str, status: str | None, state: str | None, limit: int
+    ) -> list[WorkflowInstance]:
+        params = {"machine": machine, "status": status, "state": state, "limit": limit}
+        return [instance_of(r) for r in await self._db.fetch("wf_list", params)]
+
+    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
+        found = await self._db.fetch("wf_counts", {"machine": machine})
+        return {(r["state"], r["status"]): int(r["n"]) for r in found}
+
+    async def history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:
+        found = await self._db.fetch("wf_history", {"machine": machine, "key": key})
+        return rows_as(WorkflowHistoryRow, found)
+
+    async def signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
+        params = {"machine": machine, "key": key, "open_only": int(open_only)}
+        return rows_as(WorkflowSignalRow, await self._db.fetch("wf_signals", params))
+
+    async def signal(
+        self,
+        machine: str,
+        key: str,
+        name: str,
+        payload: bytes,
+        dedupe: str | None,
+        wake_states: Sequence[str],
+    ) -> bool:
+        params = {"machine": machine, "key": key, "name": name, "dedupe": dedupe, "payload": payload}
+        inserted, types = await self._db.write(signal, params, list(wake_states))
+        self._db.wake(types)
+        return inserted
+
+    async def approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
+        found = await self._db.fetch("wf_approvals", {"machine": machine, "key": key})
+        return rows_as(WorkflowApprovalRow, found)
+
+    async def approval(self, approval_id: int) -> WorkflowApprovalRow | None:
+        found = await self._db.fetch("wf_approval", {"id": approval_id})
+        return row_as(WorkflowApprovalRow, found[0]) if found else None
+
+    async def decide(
+        self, approval_id: int, status: str, by: str, reason: str | None
+    ) -> WorkflowApprovalRow | None:
+        params = {"id": approval_id, "status": status, "by": by, "reason": reason}
+        decided, types = await self._db.write(decide, params)
+        self._db.wake(types)
+        return decided
+
+    async def effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
+        params = {"machine": machine, "key": key, "run_id": run_id}
+        return rows_as(WorkflowEffectRow, await self._db.fetch("wf_effects", params))
+
+    async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
+        count, types = await self._db.write(sweep, machine, grace_seconds, limit)
+        self._db.wake(types)
+        return count
 
 
 def instance_of(row: Row) -> WorkflowInstance:
-    return WorkflowInstance(
-        machine=row["machine"],
-        key=row["key"],
-        run_id=row["run_id"],
-        state=row["state"],
-        status=row["status"],
-        version=row["version"],
-        visits=orjson.loads(row["visits"]),
-        attempts=row["attempts"],
-        checkpoint=bytes(row["checkpoint"]),
-        last_error_code=row["last_error_code"],
-        last_error=row["last_error"],
-        held_state=row["held_state"],
-        compensate_to=row["compensate_to"],
-        next_run_at=_time_or_none(row["next_run_at"]),
-        state_entered_at=to_time(row["state_entered_at"]),
-        run_started_at=to_time(row["run_started_at"]),
-        updated_at=to_time(row["updated_at"]),
-        now=to_time(row["now"]),
-        has_signals=bool(row["has_signals"]),
-    )
+    return row_as(WorkflowInstance, row, json=("visits",))
 
 
-def approval_of(row: Row) -> WorkflowApprovalRow:
-    values = dict(row)
-    for name in ("requested_at", "expires_at", "decided_at"):
-        values[name] = _time_or_none(values[name])
-    values["input"] = bytes(values["input"])
-    return WorkflowApprovalRow(**{f: values[f] for f in WorkflowApprovalRow.__struct_fields__})
-
-
-def history_of(row: Row) -> WorkflowHistoryRow:
-    values = dict(row)
-    values["yielded"] = bool(values["yielded"])
-    values["started_at"] = to_time(values["started_at"])
-    values["at"] = to_time(values["at"])
-    return WorkflowHistoryRow(**values)
+# -- units of work (on the writer's thread, under the write lock) ---------------------
 
 
 def _params(t: WorkflowTransition, now: float) -> dict[str, Any]:
@@ -220,10 +271,10 @@ def decide(
     row = decided[0]
     pointer = conn.execute(q["wf_lock"], {"machine": row["machine"], "key": row["key"]}).fetchone()
     if pointer is None or pointer["status"] != "waiting_approval":
-        return approval_of(row), set()
+        return row_as(WorkflowApprovalRow, row), set()
     step = workflow_step(row["machine"], row["key"], pointer["version"], f"approval-{row['id']}")
     _, types = publish_steps(conn, q, now, [step])
-    return approval_of(row), types
+    return row_as(WorkflowApprovalRow, row), types
 
 
 def sweep(
@@ -237,112 +288,3 @@ def sweep(
         return 0, set()
     _, types = publish_steps(conn, q, now, steps)
     return len(steps), types
-
-
-class SQLiteWorkflows:
-    """Mixed into :class:`SQLiteBackend`."""
-
-    q: dict[str, str]
-
-    if TYPE_CHECKING:
-
-        async def _write(self, body: Callable[..., T], *args: Any) -> T: ...
-
-        async def _fetch(self, name: str, params: Any = ()) -> list[sqlite3.Row]: ...
-
-        def wake_local(self, event_types: set[str]) -> None: ...
-
-    async def wf_start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
-    ) -> tuple[WorkflowInstance, bool]:
-        inst, started, types = await self._write(start, machine, key, state, checkpoint)
-        self._woke(types)
-        return inst, started
-
-    def _woke(self, types: set[str]) -> None:
-        if types:
-            self.wake_local(types)
-
-    async def wf_load(self, machine: str, key: str) -> WorkflowInstance | None:
-        rows = await self._fetch("wf_load", {"machine": machine, "key": key})
-        return instance_of(rows[0]) if rows else None
-
-    async def wf_load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
-        rows = await self._fetch(
-            "wf_load_many", {"machine": machine, "keys": orjson.dumps(list(keys)).decode()}
-        )
-        return {r["key"]: instance_of(r) for r in rows}
-
-    async def wf_commit(self, t: WorkflowTransition) -> int | None:
-        return (await self.wf_commit_many([t]))[0]
-
-    async def wf_commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
-        versions, types = await self._write(commit_many, ts)
-        self._woke(types)
-        return versions
-
-    async def wf_list(
-        self, machine: str, status: str | None, state: str | None, limit: int
-    ) -> list[WorkflowInstance]:
-        params = {"machine": machine, "status": status, "state": state, "limit": limit}
-        return [instance_of(r) for r in await self._fetch("wf_list", params)]
-
-    async def wf_counts(self, machine: str) -> dict[tuple[str, str], int]:
-        rows = await self._fetch("wf_counts", {"machine": machine})
-        return {(r["state"], r["status"]): int(r["n"]) for r in rows}
-
-    async def wf_history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:
-        rows = await self._fetch("wf_history", {"machine": machine, "key": key})
-        return [history_of(r) for r in rows]
-
-    async def wf_signals(self, machine: str, key: str, open_only: bool) -> list[WorkflowSignalRow]:
-        rows = await self._fetch("wf_signals", {"machine": machine, "key": key, "open_only": int(open_only)})
-        return [
-            WorkflowSignalRow(
-                id=r["id"],
-                name=r["name"],
-                dedupe=r["dedupe"],
-                payload=bytes(r["payload"]),
-                created_at=to_time(r["created_at"]),
-                consumed_version=r["consumed_version"],
-            )
-            for r in rows
-        ]
-
-    async def wf_signal(
-        self,
-        machine: str,
-        key: str,
-        name: str,
-        payload: bytes,
-        dedupe: str | None,
-        wake_states: Sequence[str],
-    ) -> bool:
-        params = {"machine": machine, "key": key, "name": name, "dedupe": dedupe, "payload": payload}
-        inserted, types = await self._write(signal, params, list(wake_states))
-        self._woke(types)
-        return inserted
-
-    async def wf_approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
-        return [approval_of(r) for r in await self._fetch("wf_approvals", {"machine": machine, "key": key})]
-
-    async def wf_approval(self, approval_id: int) -> WorkflowApprovalRow | None:
-        rows = await self._fetch("wf_approval", {"id": approval_id})
-        return approval_of(rows[0]) if rows else None
-
-    async def wf_decide(
-        self, approval_id: int, status: str, by: str, reason: str | None
-    ) -> WorkflowApprovalRow | None:
-        params = {"id": approval_id, "status": status, "by": by, "reason": reason}
-        decided, types = await self._write(decide, params)
-        self._woke(types)
-        return decided
-
-    async def wf_effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
-        rows = await self._fetch("wf_effects", {"machine": machine, "key": key, "run_id": run_id})
-        return [WorkflowEffectRow(**dict(r)) for r in rows]
-
-    async def wf_sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
-        count, types = await self._write(sweep, machine, grace_seconds, limit)
-        self._woke(types)
-        return count

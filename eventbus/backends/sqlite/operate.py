@@ -1,0 +1,98 @@
+"""The :class:`~eventbus.backends.base.Operator` port on SQLite: guarded admin writes.
+
+Each is one write transaction whose statements touch only rows still in the
+expected state (a replay only dead rows, a cancel only pending ones).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import orjson
+
+from ...errors import NotFound
+from ._db import SQLiteDb
+from ._link import Queries
+from ._units import event_types_of, ids_json, rows
+
+__all__ = ["SQLiteOperator"]
+
+
+class SQLiteOperator:
+    """Replay, purge and cancel by id; pause, resume and remove subscriptions."""
+
+    def __init__(self, db: SQLiteDb) -> None:
+        self._db = db
+
+    async def replay(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        moved, types = await self._db.write(replay, ids)
+        self._db.wake(types)
+        return moved
+
+    async def purge(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        return await self._db.write(purge, ids)
+
+    async def cancel(self, ids: Sequence[int]) -> int:
+        if not ids:
+            return 0
+        return await self._db.write(cancel, ids)
+
+    async def pause_subscription(self, name: str) -> bool:
+        return await self._db.write(move_subscription, name, "paused", ("active",)) is not None
+
+    async def resume_subscription(self, name: str) -> bool:
+        moved = await self._db.write(move_subscription, name, "active", ("paused", "removed"))
+        if moved is not None:
+            self._db.wake({moved[1]})
+        return moved is not None
+
+    async def remove_subscription(self, name: str) -> int:
+        return await self._db.write(remove_subscription, name)
+
+
+# -- units of work (on the writer's thread, under the write lock) ---------------------
+
+
+def replay(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> tuple[int, set[str]]:
+    """Dead -> pending for ``ids``; how many moved and the event types to wake."""
+    moved = rows(conn, q["replay"], {"ids": ids_json(ids), "now": now})
+    return len(moved), event_types_of(conn, q, {int(r[0]) for r in moved})
+
+
+def purge(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> int:
+    """Delete the dead deliveries among ``ids`` and their attempt history."""
+    gone = [int(r[0]) for r in rows(conn, q["purge"], {"ids": ids_json(ids), "now": now})]
+    if gone:
+        conn.execute(q["purge_history"], {"ids": ids_json(gone)})
+    return len(gone)
+
+
+def cancel(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> int:
+    return len(rows(conn, q["cancel"], {"ids": ids_json(ids), "now": now}))
+
+
+def move_subscription(
+    conn: sqlite3.Connection, q: Queries, now: float, name: str, state: str, from_states: Sequence[str]
+) -> tuple[int, str] | None:
+    """One guarded state change: (id, event type) when it moved; :class:`NotFound` if no such name."""
+    params = {"name": name, "state": state, "from_states": orjson.dumps(list(from_states)).decode()}
+    moved = rows(conn, q["subscription_state"], params)
+    if moved:
+        return int(moved[0][0]), str(moved[0][1])
+    if not rows(conn, q["subscription_exists"], {"name": name}):
+        raise NotFound(f"no subscription named {name!r}")
+    return None
+
+
+def remove_subscription(conn: sqlite3.Connection, q: Queries, now: float, name: str) -> int:
+    """Mark removed and cancel its pending deliveries, in one transaction."""
+    # Again on a removed one: a delivery that was running then may have come back to pending.
+    moved = move_subscription(conn, q, now, name, "removed", ("active", "paused", "removed"))
+    if moved is None:
+        return 0
+    return conn.execute(q["cancel_subscription"], {"subscription_id": moved[0], "now": now}).rowcount

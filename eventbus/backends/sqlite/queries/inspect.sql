@@ -1,0 +1,256 @@
+-- Read-only views of the SQLite backend (the Inspector port), with :named parameters.
+-- Each runs on the reader link, outside any write transaction; the conventions
+-- (REAL epoch seconds, JSON arrays, literal statuses) are those of delivery.sql.
+
+-- name: status
+-- Counted on the narrow table alone: a subscription has one event type.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM deliveries GROUP BY 1, 2) c
+JOIN subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_oldest_pending
+SELECT (julianday('now') - 2440587.5) * 86400.0 - min(run_at)
+FROM deliveries
+WHERE status = 'pending' AND run_at <= (julianday('now') - 2440587.5) * 86400.0;
+
+-- name: status_events
+SELECT count(*) FROM events;
+
+-- name: status_workers
+SELECT id, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
+       (julianday('now') - 2440587.5) * 86400.0 - heartbeat_at AS silent_seconds
+FROM workers ORDER BY started_at;
+
+-- name: subscriptions
+-- Every subscription with its backlog, each count served by a partial index
+-- (deliveries_pending, deliveries_lease_until: set exactly while processing,
+-- deliveries_dead), so a long completed history is never read.
+SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
+       (julianday('now') - 2440587.5) * 86400.0 - s.worker_seen_at AS silent_seconds,
+       (SELECT count(*) FROM deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending') AS pending,
+       (SELECT count(*) FROM deliveries d
+        WHERE d.lease_until IS NOT NULL AND d.subscription_id = s.id
+          AND d.status = 'processing') AS processing,
+       (SELECT count(*) FROM deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
+       (SELECT (julianday('now') - 2440587.5) * 86400.0 - min(d.run_at) FROM deliveries d
+        WHERE d.subscription_id = s.id AND d.status = 'pending'
+          AND d.run_at <= (julianday('now') - 2440587.5) * 86400.0) AS lag_seconds
+FROM subscriptions s
+ORDER BY s.name;
+
+-- name: detail
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.id = :id;
+
+-- name: history
+SELECT attempt, error_type, message, traceback,
+       coalesce(duration_seconds, 0.0) AS duration_seconds, worker_id, failed_at
+FROM delivery_attempts WHERE delivery_id = :id ORDER BY id;
+
+-- name: chain_root
+-- The root of an event's chain: its correlation_id, or itself.
+SELECT coalesce(correlation_id, id) FROM events WHERE id = :id;
+
+-- name: chain_events
+-- The root and every event correlated to it (events_correlation), oldest first.
+SELECT id, event_type, key, headers, correlation_id, causation_id, created_at
+FROM events WHERE id = :root
+UNION ALL
+SELECT id, event_type, key, headers, correlation_id, causation_id, created_at
+FROM events WHERE correlation_id = :root AND correlation_id IS NOT NULL
+ORDER BY id LIMIT :limit;
+
+-- name: chain_deliveries
+-- Each delivery of those events, with the handler time of its last failure.
+SELECT d.event_id, d.id, s.name AS subscription, d.status, d.attempts, d.last_error, d.replays,
+       d.updated_at,
+       CASE WHEN d.status IN ('completed', 'dead', 'cancelled')
+            THEN d.updated_at - e.created_at END AS elapsed_seconds,
+       (SELECT a.duration_seconds FROM delivery_attempts a
+        WHERE a.delivery_id = d.id ORDER BY a.id DESC LIMIT 1) AS last_attempt_seconds
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.event_id IN (SELECT value FROM json_each(:event_ids))
+ORDER BY d.event_id, s.name;
+
+-- name: health_event_types
+-- Every event type in the log, by a skip scan of the (event_type, key) index
+-- (one probe per type, not a scan of the log), with a count capped at :cap.
+WITH RECURSIVE types(event_type) AS (
+    SELECT (SELECT event_type FROM events ORDER BY event_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.event_type FROM events e
+            WHERE e.event_type > t.event_type ORDER BY e.event_type LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+)
+SELECT t.event_type,
+       (SELECT count(*) FROM (SELECT 1 FROM events e
+                              WHERE e.event_type = t.event_type LIMIT :cap)) AS events,
+       (SELECT count(*) FROM subscriptions s WHERE s.event_type = t.event_type) AS subscriptions
+FROM types t WHERE t.event_type IS NOT NULL
+ORDER BY t.event_type;
+
+-- name: health_subscriptions
+-- Per subscription, from the partial indexes only (status spelled literally so
+-- the planner uses them): pending, under a lease, dead.
+SELECT s.id, s.name, s.event_type, s.last_seen_at,
+       (SELECT count(*) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'pending' AND d.run_at <= :now) AS backlog,
+       (SELECT count(*) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'pending' AND d.run_at > :now) AS scheduled,
+       (SELECT :now - min(d.run_at) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'pending' AND d.run_at <= :now) AS lag_seconds,
+       (SELECT count(*) FROM deliveries d WHERE d.lease_until IS NOT NULL
+          AND d.subscription_id = s.id AND d.status = 'processing') AS in_flight,
+       (SELECT count(*) FROM deliveries d WHERE d.lease_until IS NOT NULL
+          AND d.lease_until < :now AND d.subscription_id = s.id
+          AND d.status = 'processing') AS stuck,
+       (SELECT count(*) FROM deliveries d WHERE d.subscription_id = s.id
+          AND d.status = 'dead') AS dead
+FROM subscriptions s
+ORDER BY s.name;
+
+-- name: health_completed_recent
+-- Completions in the last hour among the newest :limit deliveries (primary
+-- key order): bounded, so the answer is a lower bound when the window is full.
+SELECT subscription_id,
+       sum(CASE WHEN status = 'completed' AND updated_at > :now - 3600.0 THEN 1 ELSE 0 END) AS n,
+       count(*) AS examined
+FROM (SELECT subscription_id, status, updated_at FROM deliveries ORDER BY id DESC LIMIT :limit)
+GROUP BY 1;
+
+-- name: health_last_prune
+SELECT ran_at FROM maintenance WHERE name = 'prune';
+
+-- name: find_deliveries
+-- The dashboard's delivery list: every filter optional, newest first below a
+-- cursor. :low_id and :high_id bound the walk (the cursor, the ids named) so
+-- that it is one descending range read of the primary key, however deep the
+-- page; :ids (a JSON array, or NULL) keeps only the deliveries named. The
+-- payload filter parses JSON only for rows the cheaper filters kept.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND (:status IS NULL OR d.status = :status)
+  AND (:subscription IS NULL OR s.name = :subscription)
+  AND (:event_type IS NULL OR e.event_type = :event_type)
+  AND (:event_id IS NULL OR d.event_id = :event_id)
+  AND (:key IS NULL OR e.key = :key)
+  AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
+  AND (:since IS NULL OR d.updated_at >= :since)
+  AND (:until IS NULL OR d.updated_at < :until)
+  AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
+        WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
+        ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries
+-- As find_deliveries, counted no further than :cap rows: a capped count stays
+-- fast at millions of rows and the page shows "N+".
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+      AND (:status IS NULL OR d.status = :status)
+      AND (:subscription IS NULL OR s.name = :subscription)
+      AND (:event_type IS NULL OR e.event_type = :event_type)
+      AND (:event_id IS NULL OR d.event_id = :event_id)
+      AND (:key IS NULL OR e.key = :key)
+      AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
+      AND (:since IS NULL OR d.updated_at >= :since)
+      AND (:until IS NULL OR d.updated_at < :until)
+      AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
+            WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
+            ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+    LIMIT :cap
+);
+
+-- name: delivery_ids
+-- The ids of the deliveries a filter matches above the walk's cursor, in id
+-- order: one ascending range read of the primary key per batch of a bulk
+-- replay, purge or cancel.
+SELECT d.id
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.id > :after_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND (:status IS NULL OR d.status = :status)
+  AND (:subscription IS NULL OR s.name = :subscription)
+  AND (:event_type IS NULL OR e.event_type = :event_type)
+  AND (:event_id IS NULL OR d.event_id = :event_id)
+  AND (:key IS NULL OR e.key = :key)
+  AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
+  AND (:since IS NULL OR d.updated_at >= :since)
+  AND (:until IS NULL OR d.updated_at < :until)
+  AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
+        WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
+        ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: delivery_ids_dead
+-- As delivery_ids for dead letters, the status spelled literally: the planner
+-- may then read deliveries_dead (a few dead rows among millions) instead of
+-- the primary key range (many of them).
+SELECT d.id
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND d.id > :after_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND (:subscription IS NULL OR s.name = :subscription)
+  AND (:event_type IS NULL OR e.event_type = :event_type)
+  AND (:event_id IS NULL OR d.event_id = :event_id)
+  AND (:key IS NULL OR e.key = :key)
+  AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
+  AND (:since IS NULL OR d.updated_at >= :since)
+  AND (:until IS NULL OR d.updated_at < :until)
+  AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
+        WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
+        ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: event_row
+SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at
+FROM events WHERE id = :id;
+
+-- name: event_deliveries
+-- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
+       d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.event_id = :id
+ORDER BY s.name;
+
+-- name: event_history
+-- The failed attempts of every delivery of one event, oldest first.
+SELECT a.delivery_id, a.attempt, a.error_type, a.message, a.traceback,
+       coalesce(a.duration_seconds, 0.0) AS duration_seconds, a.worker_id, a.failed_at
+FROM delivery_attempts a
+JOIN deliveries d ON d.id = a.delivery_id
+WHERE d.event_id = :id
+ORDER BY a.id;

@@ -1,0 +1,160 @@
+-- Durable state machines on SQLite (the WorkflowStore port). Conventions as in
+-- delivery.sql.
+
+-- name: wf_load
+-- The pointer as committed, read at the start of every visit (no state lives
+-- in a worker between visits), with the database clock for age caps.
+SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
+       EXISTS (SELECT 1 FROM wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
+
+-- name: wf_load_many
+-- wf_load for the visits starting together (one read for the batch).
+SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
+       EXISTS (SELECT 1 FROM wf_signals s
+               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+           AS has_signals
+FROM wf_instances i
+WHERE i.machine = :machine AND i.key IN (SELECT value FROM json_each(:keys));
+
+-- name: wf_start
+-- Create the instance, or begin a new run of a finished one. A live run is
+-- untouched and returns no row: starting is idempotent per key.
+INSERT INTO wf_instances AS i (machine, key, state, status, checkpoint, next_run_at,
+                               state_entered_at, run_started_at, created_at, updated_at)
+VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now)
+ON CONFLICT (machine, key) DO UPDATE
+SET run_id = i.run_id + 1, state = excluded.state, status = 'pending', version = i.version + 1,
+    visits = '{}', attempts = 0, checkpoint = excluded.checkpoint, last_error_code = NULL,
+    last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = :now,
+    state_entered_at = :now, run_started_at = :now, updated_at = :now
+WHERE i.status IN ('completed', 'failed', 'cancelled')
+RETURNING *, :now AS now, 0 AS has_signals;
+
+-- name: wf_move
+-- The guarded transition: only from the version that was read and, for a
+-- visit, only while its delivery's lease holds. No row back means a stale
+-- visit; the caller writes nothing else.
+UPDATE wf_instances
+SET state = :state, status = :status, version = version + 1, visits = :visits,
+    attempts = :attempts, checkpoint = :checkpoint, last_error_code = :error_code,
+    last_error = :error, held_state = :held_state, compensate_to = :compensate_to,
+    next_run_at = CASE WHEN :next_run_in IS NULL THEN NULL ELSE :now + :next_run_in END,
+    state_entered_at = CASE WHEN :entered THEN :now ELSE state_entered_at END,
+    run_id = CASE WHEN :new_run THEN run_id + 1 ELSE run_id END,
+    run_started_at = CASE WHEN :new_run THEN :now ELSE run_started_at END,
+    updated_at = :now
+WHERE machine = :machine AND key = :key AND version = :expected_version
+  AND (:lease_id IS NULL OR EXISTS (
+        SELECT 1 FROM deliveries d
+        WHERE d.id = :lease_id AND d.lease_token = :lease_token AND d.status = 'processing'))
+RETURNING version, run_id;
+
+-- name: wf_history_insert
+INSERT INTO wf_history (machine, key, run_id, version, state, visit, outcome, next_state, yielded,
+                        error_code, error, actor, reason, delivery_id, started_at, at)
+VALUES (:machine, :key, :run_id, :version, :h_state, :visit, :outcome, :state, :yielded,
+        :h_error_code, :h_error, :actor, :reason, :delivery_id, COALESCE(:started_at, :now), :now);
+
+-- name: wf_consume_signals
+-- Signals read by the visit are consumed by its transition, never before.
+UPDATE wf_signals SET consumed_version = :version
+WHERE machine = :machine AND key = :key AND consumed_version IS NULL
+  AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: wf_signal_waiting
+-- Is a signal the state wakes on already here? Then its yield ends at once.
+SELECT EXISTS (SELECT 1 FROM wf_signals
+               WHERE machine = :machine AND key = :key AND consumed_version IS NULL
+                 AND name IN (SELECT value FROM json_each(:names)));
+
+-- name: wf_effect_insert
+INSERT INTO wf_effects (machine, key, run_id, state, op_key, kind, ref, compensation, created_at)
+VALUES (:machine, :key, :run_id, :state, :op_key, :kind, :ref, :compensation, :now);
+
+-- name: wf_effect_status
+UPDATE wf_effects SET status = :status WHERE id = :id AND status <> 'compensated';
+
+-- name: wf_approval_request
+INSERT INTO wf_approvals (machine, key, run_id, state, input, input_hash, status, requested_at,
+                          expires_at)
+VALUES (:machine, :key, :run_id, :state, :input, :input_hash, 'pending', :now,
+        :now + :timeout_seconds);
+
+-- name: wf_approval_update
+-- Guarded by the status the visit saw (a decision that raced it wins); a
+-- decision is used once: the transition that acts on it stamps its version.
+UPDATE wf_approvals
+SET status = :status,
+    consumed_version = CASE WHEN :status IN ('approved', 'denied') THEN :version END
+WHERE id = :id AND status = :expected AND consumed_version IS NULL;
+
+-- name: wf_lock
+-- Under the write lock already; read the pointer a signal or decision wakes.
+SELECT state, status, version FROM wf_instances WHERE machine = :machine AND key = :key;
+
+-- name: wf_hasten
+-- A step due now pulls the instance's delayed steps (a tick waiting for its
+-- poll) forward: the step subscription is FIFO per instance, so the earlier
+-- tick is the head and would hold the wake-up back until its time.
+UPDATE deliveries SET run_at = :now, updated_at = :now
+WHERE subscription_id IN (SELECT id FROM subscriptions WHERE event_type = :event_type)
+  AND ordering_key = :ordering_key AND status = 'pending' AND run_at > :now;
+
+-- name: wf_signal_insert
+INSERT INTO wf_signals (machine, key, name, dedupe, payload, created_at)
+VALUES (:machine, :key, :name, :dedupe, :payload, :now)
+ON CONFLICT (machine, key, name, dedupe) DO NOTHING
+RETURNING id;
+
+-- name: wf_decide
+-- Single use: only a pending, unexpired approval can be decided, once.
+UPDATE wf_approvals
+SET status = :status, decided_by = :by, decided_at = :now, reason = :reason
+WHERE id = :id AND status = 'pending' AND expires_at > :now
+RETURNING *;
+
+-- name: wf_list
+SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now, 0 AS has_signals
+FROM wf_instances i
+WHERE i.machine = :machine AND (:status IS NULL OR i.status = :status)
+  AND (:state IS NULL OR i.state = :state)
+ORDER BY i.key LIMIT :limit;
+
+-- name: wf_counts
+SELECT state, status, count(*) AS n FROM wf_instances WHERE machine = :machine
+GROUP BY state, status;
+
+-- name: wf_history
+SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
+       reason, delivery_id, started_at, at
+FROM wf_history WHERE machine = :machine AND key = :key ORDER BY version;
+
+-- name: wf_signals
+SELECT id, name, dedupe, payload, created_at, consumed_version FROM wf_signals
+WHERE machine = :machine AND key = :key AND (NOT :open_only OR consumed_version IS NULL)
+ORDER BY id;
+
+-- name: wf_approvals
+SELECT * FROM wf_approvals WHERE machine = :machine AND key = :key ORDER BY id;
+
+-- name: wf_approval
+SELECT * FROM wf_approvals WHERE id = :id;
+
+-- name: wf_effects
+SELECT id, run_id, state, op_key, kind, ref, compensation, status FROM wf_effects
+WHERE machine = :machine AND key = :key AND run_id = :run_id ORDER BY id;
+
+-- name: wf_sweep
+-- Live instances overdue by more than the grace with no step pending or
+-- processing: their tick was lost (a dead or cancelled step delivery).
+SELECT i.key, i.version FROM wf_instances i
+WHERE i.next_run_at < :now - :grace_seconds AND i.machine = :machine
+  AND i.status IN ('pending', 'running', 'waiting', 'waiting_approval')
+  AND NOT EXISTS (
+        SELECT 1 FROM deliveries d JOIN subscriptions s ON s.id = d.subscription_id
+        WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
+          AND d.status IN ('pending', 'processing'))
+ORDER BY i.next_run_at LIMIT :limit;
