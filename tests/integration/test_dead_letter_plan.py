@@ -17,7 +17,9 @@ FROM ev
 """
 
 # The parameter types of the filtered delivery queries, in order (see inspect.filter_args).
-TYPES = "text, text, text, bigint, text, bigint, timestamptz, timestamptz, text[], text, bigint[], bigint, int"
+TYPES = (
+    "text, text, text, bigint, text, bigint, timestamptz, timestamptz, text[], text, bigint[], bigint, int"
+)
 
 
 async def _generic_plan(conn: asyncpg.Connection, sql: str, args: str) -> str:

@@ -42,7 +42,7 @@ def _read_by(module: Path) -> set[str]:
         if (isinstance(target, ast.Attribute) and target.attr == "q") or (
             isinstance(target, ast.Name) and target.id == "q"
         ):
-            names.add(node.slice.value)
+            names.add(str(node.slice.value))
     return names
 
 

@@ -123,7 +123,7 @@ class PgSchedules:
         if len(advanced) != len(plans):
             raise BackendError("a schedule moved while its tick held it")
 
-    async def list(self, name: str | None = None) -> list[ScheduleInfo]:
+    async def find(self, name: str | None = None) -> list[ScheduleInfo]:
         """Every recorded schedule by name, or the one named (empty when unknown)."""
         async with self.db.conn("listing schedules") as conn:
             rows = await conn.fetch(self.q["schedules_list"], name)

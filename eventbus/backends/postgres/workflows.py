@@ -148,7 +148,7 @@ class PgWorkflows:
                 t.machine, t.key, t.run_id, a.state, a.input, a.input_hash, a.timeout_seconds,
             )  # fmt: skip
 
-    async def list(
+    async def find(
         self, machine: str, status: str | None, state: str | None, limit: int
     ) -> list[WorkflowInstance]:
         """Instances of a machine by key, optionally filtered by status and state."""
