@@ -44,13 +44,13 @@ async def idle_tick(dsn: str | None, n: int, ticks: int = 200) -> dict[str, Any]
     async with temporary_bus(dsn) as bus:
         _declare(bus, n, period=3600.0)  # nothing due for the next hour, at most one... per 0.36 s
         started = time.perf_counter()
-        await bus.declare_schedules()
+        await bus.schedules.declare()
         declared = time.perf_counter() - started
-        planner = bus.schedule_planner()
+        planner = bus.schedules.planner()
         samples = []
         for _ in range(ticks):
             t = time.perf_counter()
-            await bus.tick_schedules(planner=planner)
+            await bus.schedules.tick(planner=planner)
             samples.append((time.perf_counter() - t) * 1000)
     return {
         "scenario": "idle_tick",
@@ -64,8 +64,8 @@ async def idle_tick(dsn: str | None, n: int, ticks: int = 200) -> dict[str, Any]
 async def steady(dsn: str | None, n: int, seconds: float, period: float = 60.0) -> dict[str, Any]:
     async with temporary_bus(dsn) as bus:
         _declare(bus, n, period)
-        await bus.declare_schedules()
-        planner = bus.schedule_planner()
+        await bus.schedules.declare()
+        planner = bus.schedules.planner()
         busy, fired, ticks = 0.0, 0, 0
         tick = bus.backend.schedules.tick
 
@@ -81,7 +81,7 @@ async def steady(dsn: str | None, n: int, seconds: float, period: float = 60.0) 
         await run_schedules(bus, lambda: time.monotonic() > deadline)
         delays = []
         for name in planner.names():
-            for o in await bus.occurrences(name, 100):
+            for o in await bus.schedules.occurrences(name, 100):
                 if o.fired_at is not None:
                     delays.append((o.fired_at - o.scheduled_for).total_seconds() * 1000)
     delays.sort()

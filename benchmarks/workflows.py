@@ -112,9 +112,9 @@ async def start_all(bus: Bus, m: Machine[Step], n: int) -> None:
 
     async def one(i: int) -> None:
         async with limiter:
-            await bus.start(m, Step(key=f"k{i}"))
+            await bus.workflows.start(m, Step(key=f"k{i}"))
 
-    await bus.start(m, Step(key="k0"))  # registers the step subscription once
+    await bus.workflows.start(m, Step(key="k0"))  # registers the step subscription once
     async with anyio.create_task_group() as tg:
         for i in range(1, n):
             tg.start_soon(one, i)
@@ -139,7 +139,7 @@ async def transitions(target: Target, instances: int, states: int) -> dict[str, 
             await start_all(bus, m, instances)
 
             async def done() -> bool:
-                return (await bus.workflow_counts(m)).get(("DONE", "completed"), 0) == instances
+                return (await bus.workflows.counts(m)).get(("DONE", "completed"), 0) == instances
 
             await wait_until(done, 600)
             elapsed = time.perf_counter() - began
@@ -175,7 +175,7 @@ async def waiting(target: Target, n: int, poll: float, window: float) -> dict[st
             await start_all(bus, far, n)
 
             async def all_waiting() -> bool:
-                return (await bus.workflow_counts(far)).get(("WAIT", "waiting"), 0) == n
+                return (await bus.workflows.counts(far)).get(("WAIT", "waiting"), 0) == n
 
             await wait_until(all_waiting, 600)
             out["start_and_first_visit_s"] = round(time.perf_counter() - began, 2)

@@ -13,22 +13,22 @@ import msgspec
 import orjson
 
 from ._coalesce import PublishCoalescer
+from ._deprecated import Moved
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import (
     ConfigurationError,
     EncodeError,
     InvalidKey,
-    InvalidSchedule,
     PayloadTooLarge,
     UnknownEventType,
-    UnknownSchedule,
 )
 from .event import Event, check_event_type, decode_event, encode_event, event_type_of
 from .logs import OutcomeLog
 from .observe import CompositeHooks, Hooks
 from .retention import Pruner, PruneReport, Retention
-from .schedules import Planner, window
+from .router import Router
+from .scheduling import Schedules
 from .types import (
     ChainEvent,
     DeliveryDetail,
@@ -36,14 +36,12 @@ from .types import (
     DeliveryId,
     DeliveryRow,
     EventView,
-    OccurrenceInfo,
     PublishResult,
-    ScheduleInfo,
     StatusReport,
     SubscriptionInfo,
-    TickReport,
 )
-from .workflows import WorkflowBus
+from .workflows import Machine, Workflows
+from .workflows._commits import CommitQueue
 
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
@@ -110,8 +108,14 @@ def _encoded_headers(headers: object) -> str:
         raise EncodeError(f"cannot encode headers: {exc}") from exc
 
 
-class Bus(WorkflowBus):
+class Bus(Router):
     """A durable event bus.
+
+    Beside publishing and its subscriptions, a bus holds two bundles:
+    ``bus.workflows`` (:class:`~eventbus.workflows.Workflows`: the state
+    machines it includes and their instances) and ``bus.schedules``
+    (:class:`~eventbus.scheduling.Schedules`: its schedules as recorded in the
+    database).
 
     :param dsn: ``postgresql://…`` for production, ``sqlite:///path`` for the
         embedded backend. Defaults to ``$EVENTBUS_DSN``, then ``./eventbus.db``.
@@ -159,6 +163,11 @@ class Bus(WorkflowBus):
             if coalesce_publishes
             else None
         )
+        store = self.backend.workflows
+        self.workflows = Workflows(store, CommitQueue(store), router=self, register=self.register)
+        """The state machines included in this bus and the operations on their instances."""
+        self.schedules = Schedules(self.backend.schedules, self.declared_schedules)
+        """This bus's schedules, as declared here and recorded in the database."""
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()
@@ -175,6 +184,24 @@ class Bus(WorkflowBus):
     async def migrate(self) -> list[str]:
         """Apply pending migrations; return the names of the files applied."""
         return await self.backend.schema.migrate()
+
+    def include(self, router: Router | Machine[Any]) -> None:
+        """Add a router's subscriptions and schedules, or a state machine (``bus.workflows.include``).
+
+        Including another bus includes its subscriptions and its machines, run on this bus.
+        """
+        if isinstance(router, Machine):
+            self.workflows.include(router)
+            return
+        if not isinstance(router, Bus):
+            super().include(router)
+            return
+        steps = router.workflows.subscription_names()
+        for sub in router.subscriptions.values():
+            if sub.name not in steps:
+                self.add(sub)
+        for m in router.workflows.machines.values():
+            self.workflows.include(m)
 
     def add_hooks(self, hooks: Hooks) -> None:
         """Add observability hooks (see :mod:`eventbus.observe`); workers started later use them."""
@@ -468,73 +495,39 @@ class Bus(WorkflowBus):
         """Cancel pending deliveries by id (guarded: others are left alone); return how many."""
         return await self.backend.operate.cancel(list(ids))
 
-    # -- schedules -------------------------------------------------------------
+    # -- spellings of the previous release ---------------------------------------
 
-    def schedule_planner(self) -> Planner:
-        """The tick's logic for the schedules this bus declares."""
-        return Planner(self.schedules)
-
-    async def declare_schedules(self) -> None:
-        """Record this bus's schedules (create or update); a worker does this when it starts."""
-        await self.backend.schedules.declare(
-            [s.decl() for s in self.schedules.values()], self.schedule_planner()
-        )
-
-    async def tick_schedules(self, limit: int = 100, planner: Planner | None = None) -> TickReport:
-        """Fire what is due of this bus's schedules (up to ``limit`` schedules), as a worker does."""
-        return await self.backend.schedules.tick(planner or self.schedule_planner(), limit)
-
-    async def list_schedules(self) -> list[ScheduleInfo]:
-        """Every recorded schedule (declared by this code or not), by name."""
-        return await self.backend.schedules.find()
-
-    async def schedule_info(self, name: str) -> ScheduleInfo:
-        """One recorded schedule; :class:`UnknownSchedule` if there is none of that name."""
-        found = await self.backend.schedules.find(name)
-        if not found:
-            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
-        return found[0]
-
-    async def occurrences(self, name: str, limit: int = 20) -> list[OccurrenceInfo]:
-        """The newest occurrences of a schedule with their fate, newest first."""
-        await self.schedule_info(name)
-        return await self.backend.schedules.occurrences(name, limit)
-
-    async def pause_schedule(self, name: str) -> None:
-        """Stop firing (occurrences falling due meanwhile count as missed on resume)."""
-        if not await self.backend.schedules.pause(name, True):
-            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
-
-    async def resume_schedule(self, name: str) -> None:
-        if not await self.backend.schedules.pause(name, False):
-            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
-
-    async def remove_schedule(self, name: str) -> None:
-        """Delete a schedule and its occurrence history (a worker declaring it creates it anew)."""
-        if not await self.backend.schedules.remove(name):
-            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
-
-    async def trigger_schedule(self, name: str) -> datetime:
-        """Fire once now, with its own key (the database's now); a worker's next tick fires it."""
-        await self.schedule_info(name)
-        times = await self.backend.schedules.request(name, None)
-        if not times:
-            raise UnknownSchedule(f"no schedule named {name!r} is recorded")
-        return times[0]
-
-    async def backfill_schedule(self, name: str, start: datetime, end: datetime) -> list[datetime]:
-        """Fire the occurrences of a past window, each at most once; return the times requested.
-
-        Occurrences already fired or waiting are left alone, skipped ones fire
-        now; the window stops before the schedule's next occurrence.
-        """
-        if start.tzinfo is None or end.tzinfo is None or start > end:
-            raise InvalidSchedule("backfill needs timezone-aware times with start <= end")
-        row = await self.schedule_info(name)
-        times = [t for t, fate in window(row, start, end) if fate == "due" and t < row.next_occurrence_at]
-        if not times:
-            return []
-        return await self.backend.schedules.request(name, times)
+    start = Moved("workflows")
+    instance = Moved("workflows")
+    instances = Moved("workflows")
+    history = Moved("workflows")
+    signals = Moved("workflows")
+    approvals = Moved("workflows")
+    workflow_counts = Moved("workflows", "counts")
+    signal = Moved("workflows")
+    approve = Moved("workflows")
+    deny = Moved("workflows")
+    repoint = Moved("workflows")
+    cancel_instance = Moved("workflows", "cancel")
+    pause = Moved("workflows")
+    resume = Moved("workflows")
+    resolve = Moved("workflows")
+    sweep_workflows = Moved("workflows", "sweep")
+    workflow_check = Moved("workflows", "check")
+    machine = Moved("workflows")
+    machines = Moved("workflows")
+    workflow_commits = Moved("workflows", "commits")
+    schedule_planner = Moved("schedules", "planner")
+    declare_schedules = Moved("schedules", "declare")
+    tick_schedules = Moved("schedules", "tick")
+    list_schedules = Moved("schedules", "list")
+    schedule_info = Moved("schedules", "info")
+    occurrences = Moved("schedules")
+    pause_schedule = Moved("schedules", "pause")
+    resume_schedule = Moved("schedules", "resume")
+    remove_schedule = Moved("schedules", "remove")
+    trigger_schedule = Moved("schedules", "trigger")
+    backfill_schedule = Moved("schedules", "backfill")
 
 
 def chain_tree(flat: Sequence[ChainEvent]) -> ChainEvent:

@@ -67,7 +67,8 @@ class Router:
 
     def __init__(self) -> None:
         self.subscriptions: dict[str, Subscription] = {}
-        self.schedules: dict[str, Schedule] = {}
+        self.declared_schedules: dict[str, Schedule] = {}
+        """The schedules declared here, by name (a bus records them through ``bus.schedules``)."""
 
     def subscribe(
         self,
@@ -115,6 +116,7 @@ class Router:
         return decorate
 
     def add(self, subscription: Subscription) -> None:
+        """Add a subscription built by hand; :class:`DuplicateSubscription` if its name is taken."""
         if subscription.name in self.subscriptions:
             raise DuplicateSubscription(f"a subscription named {subscription.name!r} is already registered")
         self.subscriptions[subscription.name] = subscription
@@ -123,7 +125,7 @@ class Router:
         """Add every subscription and schedule of ``router`` to this one."""
         for subscription in router.subscriptions.values():
             self.add(subscription)
-        for schedule in router.schedules.values():
+        for schedule in router.declared_schedules.values():
             self.add_schedule(schedule)
 
     def schedule(
@@ -177,6 +179,7 @@ class Router:
         return schedule
 
     def add_schedule(self, schedule: Schedule) -> None:
-        if schedule.name in self.schedules:
+        """Add a schedule built by hand; :class:`InvalidSchedule` if its name is taken."""
+        if schedule.name in self.declared_schedules:
             raise InvalidSchedule(f"a schedule named {schedule.name!r} is already declared")
-        self.schedules[schedule.name] = schedule
+        self.declared_schedules[schedule.name] = schedule

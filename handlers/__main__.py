@@ -25,7 +25,7 @@ CUSTOMERS = ("acme", "globex", "initech")
 
 async def settled(bus: Bus, machines: bool) -> bool:
     if machines:  # every run ended (a yielded poll is a delayed step, not runnable yet)
-        statuses = [(await bus.instance(machine, c)).status for c in CUSTOMERS]
+        statuses = [(await bus.workflows.instance(machine, c)).status for c in CUSTOMERS]
         return all(s in ("completed", "failed") for s in statuses)
     report = await bus.status()  # the order flow, payment retries included
     return not any(
@@ -76,18 +76,18 @@ async def retraining() -> None:
     gpu.script("globex", "succeeded", polls=2, crash_download=True)
     gpu.script("initech", "failed", polls=1)
     for customer in CUSTOMERS:
-        await bus.start(machine, Retrain(customer=customer))
+        await bus.workflows.start(machine, Retrain(customer=customer))
     await drain(bus, machines=True)
-    crashed = await bus.instance(machine, "globex")
-    resumed = await bus.start(machine, Retrain(customer="globex"))  # the next cycle: no new data
+    crashed = await bus.workflows.instance(machine, "globex")
+    resumed = await bus.workflows.start(machine, Retrain(customer="globex"))  # the next cycle: no new data
     print(f"globex: the download crashed in run {crashed.run_id}; run {resumed.run_id} resumes it")
     await drain(bus, machines=True)
     for customer in CUSTOMERS:
-        inst = await bus.instance(machine, customer)
+        inst = await bus.workflows.instance(machine, customer)
         error = f", last error: {inst.last_error}" if inst.last_error else ""
         print(f"\n{customer}: {inst.state} ({inst.status}), run {inst.run_id}, visits {inst.visits}{error}")
         first = crashed.run_id if customer == "globex" else inst.run_id
-        for h in await bus.history(machine, customer):
+        for h in await bus.workflows.history(machine, customer):
             if h.run_id >= first:
                 note = f"  [{h.error}]" if h.error else ""
                 visit = f"run {h.run_id} {h.state:<17} visit {h.visit:<3}"

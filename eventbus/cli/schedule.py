@@ -59,7 +59,7 @@ def schedule() -> None:
 @click.pass_obj
 def list_(obj: Obj, as_json: bool) -> None:
     """Every recorded schedule with its next and last run, policy and state."""
-    found = _on_bus(obj, lambda bus: bus.list_schedules())
+    found = _on_bus(obj, lambda bus: bus.schedules.list())
     if as_json:
         click.echo(msgspec.json.encode(found, enc_hook=enc_hook))
         return
@@ -82,7 +82,7 @@ def show(obj: Obj, name: str, limit: int, as_json: bool) -> None:
     """A schedule and its recent occurrences with their fate."""
 
     async def go(bus: Bus) -> tuple[ScheduleInfo, list[OccurrenceInfo]]:
-        return await bus.schedule_info(name), await bus.occurrences(name, limit)
+        return await bus.schedules.info(name), await bus.schedules.occurrences(name, limit)
 
     info, occurrences = _on_bus(obj, go)
     if as_json:
@@ -108,7 +108,7 @@ def _show(value: Any) -> str:
 @click.pass_obj
 def pause(obj: Obj, name: str) -> None:
     """Stop firing NAME (what falls due meanwhile is missed, by its policy)."""
-    _on_bus(obj, lambda bus: bus.pause_schedule(name))
+    _on_bus(obj, lambda bus: bus.schedules.pause(name))
     click.echo(f"paused {name}")
 
 
@@ -117,7 +117,7 @@ def pause(obj: Obj, name: str) -> None:
 @click.pass_obj
 def resume(obj: Obj, name: str) -> None:
     """Fire NAME again."""
-    _on_bus(obj, lambda bus: bus.resume_schedule(name))
+    _on_bus(obj, lambda bus: bus.schedules.resume(name))
     click.echo(f"resumed {name}")
 
 
@@ -126,7 +126,7 @@ def resume(obj: Obj, name: str) -> None:
 @click.pass_obj
 def trigger(obj: Obj, name: str) -> None:
     """Fire NAME once now, with its own key (a running worker fires it at its next tick)."""
-    when = _on_bus(obj, lambda bus: bus.trigger_schedule(name))
+    when = _on_bus(obj, lambda bus: bus.schedules.trigger(name))
     click.echo(f"requested {name}@{when.astimezone(UTC).isoformat()}")
 
 
@@ -138,7 +138,7 @@ def trigger(obj: Obj, name: str) -> None:
 def backfill(obj: Obj, name: str, start: str, end: str) -> None:
     """Fire the occurrences of NAME in a past window, each at most once."""
     window = _when(start, "--from"), _when(end, "--to")
-    times = _on_bus(obj, lambda bus: bus.backfill_schedule(name, *window))
+    times = _on_bus(obj, lambda bus: bus.schedules.backfill(name, *window))
     click.echo(f"requested {len(times)} occurrence(s) of {name}")
 
 
@@ -150,5 +150,5 @@ def remove(obj: Obj, name: str, yes: bool) -> None:
     """Delete NAME and its occurrence history."""
     if not yes:
         click.confirm(f"remove schedule {name} and its occurrences?", abort=True)
-    _on_bus(obj, lambda bus: bus.remove_schedule(name))
+    _on_bus(obj, lambda bus: bus.schedules.remove(name))
     click.echo(f"removed {name}")

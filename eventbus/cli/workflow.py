@@ -56,7 +56,9 @@ def workflow(ctx: click.Context, app: str | None) -> None:
 @click.pass_obj
 def list_(obj: _WorkflowObj, machine: str, status: str | None, state: str | None, limit: int) -> None:
     """Instances of MACHINE, by key."""
-    rows = _with_bus(obj, lambda bus: bus.instances(machine, status=status, state=state, limit=limit))
+    rows = _with_bus(
+        obj, lambda bus: bus.workflows.instances(machine, status=status, state=state, limit=limit)
+    )
     click.echo(f"{'KEY':<24} {'STATE':<20} {'STATUS':<17} {'RUN':>4} {'VERSION':>8}  NEXT RUN")
     for i in rows:
         next_run = i.next_run_at.isoformat(timespec="seconds") if i.next_run_at else "-"
@@ -73,10 +75,10 @@ def show(obj: _WorkflowObj, machine: str, key: str, as_json: bool) -> None:
 
     async def go(bus: Bus) -> dict[str, Any]:
         return {
-            "instance": await bus.instance(machine, key),
-            "history": await bus.history(machine, key),
-            "signals": await bus.signals(machine, key, open_only=True),
-            "approvals": await bus.approvals(machine, key),
+            "instance": await bus.workflows.instance(machine, key),
+            "history": await bus.workflows.history(machine, key),
+            "signals": await bus.workflows.signals(machine, key, open_only=True),
+            "approvals": await bus.workflows.approvals(machine, key),
         }
 
     found = _with_bus(obj, go)
@@ -118,7 +120,7 @@ def repoint(
 ) -> None:
     """Move an instance to another state (guarded, fences a visit in flight, audited)."""
     version = _with_bus(
-        obj, lambda bus: bus.repoint(machine, key, to=to, reason=reason, by=by, expect=expect)
+        obj, lambda bus: bus.workflows.repoint(machine, key, to=to, reason=reason, by=by, expect=expect)
     )
     click.echo(f"{machine}/{key} repointed to {to} (version {version})")
 
@@ -132,7 +134,11 @@ def _operation(name: str, doc: str) -> None:
     @click.pass_obj
     def command(obj: _WorkflowObj, machine: str, key: str, by: str, reason: str | None) -> None:
         def act(bus: Bus) -> Awaitable[int]:
-            fn = {"cancel": bus.cancel_instance, "pause": bus.pause, "resume": bus.resume}[name]
+            fn = {
+                "cancel": bus.workflows.cancel,
+                "pause": bus.workflows.pause,
+                "resume": bus.workflows.resume,
+            }[name]
             return fn(machine, key, by=by, reason=reason)
 
         version = _with_bus(obj, act)
@@ -155,7 +161,9 @@ _operation("resume", "Continue a paused instance.")
 @click.pass_obj
 def resolve(obj: _WorkflowObj, machine: str, key: str, outcome: str, by: str, reason: str | None) -> None:
     """Record a human's choice for an uncertain instance and continue."""
-    version = _with_bus(obj, lambda bus: bus.resolve(machine, key, outcome=outcome, by=by, reason=reason))
+    version = _with_bus(
+        obj, lambda bus: bus.workflows.resolve(machine, key, outcome=outcome, by=by, reason=reason)
+    )
     click.echo(f"{machine}/{key} resolved as {outcome} (version {version})")
 
 
@@ -167,7 +175,7 @@ def _decision(name: str, doc: str) -> None:
     @click.pass_obj
     def command(obj: _WorkflowObj, approval_id: int, by: str, reason: str | None) -> None:
         def act(bus: Bus) -> Awaitable[Any]:
-            fn = bus.approve if name == "approve" else bus.deny
+            fn = bus.workflows.approve if name == "approve" else bus.workflows.deny
             return fn(approval_id, by=by, reason=reason)
 
         row = _with_bus(obj, act)
@@ -189,8 +197,8 @@ def diagram(obj: _WorkflowObj, machine: str, fmt: str, live: bool) -> None:
     """Draw MACHINE's state table (yield points, caps, approval and signal edges)."""
 
     async def go(bus: Bus) -> str:
-        m = bus.machine(machine)
-        return render_diagram(m, fmt, await bus.workflow_counts(m) if live else None)
+        m = bus.workflows.machine(machine)
+        return render_diagram(m, fmt, await bus.workflows.counts(m) if live else None)
 
     click.echo(_with_bus(obj, go), nl=False)
 
@@ -203,8 +211,8 @@ def check(obj: _WorkflowObj, machines: tuple[str, ...]) -> None:
 
     async def go(bus: Bus) -> list[str]:
         problems: list[str] = []
-        for name in machines or tuple(bus.machines):
-            problems += await bus.workflow_check(name)
+        for name in machines or tuple(bus.workflows.machines):
+            problems += await bus.workflows.check(name)
         return problems
 
     problems = _with_bus(obj, go)
@@ -221,5 +229,5 @@ def check(obj: _WorkflowObj, machines: tuple[str, ...]) -> None:
 @click.pass_obj
 def sweep(obj: _WorkflowObj, machine: str | None, grace: float | None) -> None:
     """Re-publish a step for instances whose tick was lost (this also runs by itself)."""
-    found = _with_bus(obj, lambda bus: bus.sweep_workflows(machine, grace_seconds=grace))
+    found = _with_bus(obj, lambda bus: bus.workflows.sweep(machine, grace_seconds=grace))
     click.echo(f"re-published {found} lost step(s)")

@@ -166,7 +166,7 @@ def approval_action(p: Pages) -> Action:
         reason = str(form.get("reason") or "") or None
         if op not in ("approve", "deny"):
             raise ConfigurationError(f"unknown approval action {op!r}")
-        decide = p.bus.approve if op == "approve" else p.bus.deny
+        decide = p.bus.workflows.approve if op == "approve" else p.bus.workflows.deny
         row = await decide(approval_id, by=actor(request), reason=reason)
         _did(request, f"approval {approval_id} {op} ({row.machine}/{row.key})", row.status)
         to = f"/machines/{row.machine}/instances/{urllib.parse.quote(row.key)}"
@@ -184,12 +184,16 @@ def instance_action(p: Pages) -> Action:
             if not reason:
                 raise ConfigurationError("a repoint needs a reason (it is kept in the history)")
             expect = str(form.get("expect") or "") or None
-            done = await p.bus.repoint(name, key, to=to, reason=reason, by=by, expect=expect)
+            done = await p.bus.workflows.repoint(name, key, to=to, reason=reason, by=by, expect=expect)
         elif op == "resolve":
             outcome = str(form.get("outcome") or "")
-            done = await p.bus.resolve(name, key, outcome=outcome, by=by, reason=reason or None)
+            done = await p.bus.workflows.resolve(name, key, outcome=outcome, by=by, reason=reason or None)
         elif op in ("pause", "resume", "cancel"):
-            operate = {"pause": p.bus.pause, "resume": p.bus.resume, "cancel": p.bus.cancel_instance}[op]
+            operate = {
+                "pause": p.bus.workflows.pause,
+                "resume": p.bus.workflows.resume,
+                "cancel": p.bus.workflows.cancel,
+            }[op]
             done = await operate(name, key, by=by, reason=reason or None)
         else:
             raise ConfigurationError(f"unknown instance action {op!r}")
@@ -205,13 +209,13 @@ def schedule_action(p: Pages) -> Action:
     async def action(request: Request, form: FormData) -> Response:
         name, op = request.path_params["name"], request.path_params["op"]
         if op == "pause":
-            await p.bus.pause_schedule(name)
+            await p.bus.schedules.pause(name)
             done = "paused"
         elif op == "resume":
-            await p.bus.resume_schedule(name)
+            await p.bus.schedules.resume(name)
             done = "resumed"
         elif op == "trigger":
-            done = f"requested for {await p.bus.trigger_schedule(name):%Y-%m-%d %H:%M:%S}"
+            done = f"requested for {await p.bus.schedules.trigger(name):%Y-%m-%d %H:%M:%S}"
         else:
             raise ConfigurationError(f"unknown schedule action {op!r}")
         _did(request, f"schedule {name} {op}", done)

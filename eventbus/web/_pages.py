@@ -75,31 +75,31 @@ def routes(p: Pages) -> list[Route]:
 def machine_routes(p: Pages) -> list[Route]:
     async def machines(request: Request) -> Response:
         rows = []
-        for name in sorted(p.bus.machines):
-            counts = await p.bus.workflow_counts(name)
+        for name in sorted(p.bus.workflows.machines):
+            counts = await p.bus.workflows.counts(name)
             rows.append((name, Counter({s: n for (_, s), n in counts.items()}), sum(counts.values())))
         return p.render(request, "machines.html", machines=rows)
 
     async def machine(request: Request) -> Response:
-        m = p.bus.machine(request.path_params["name"])
+        m = p.bus.workflows.machine(request.path_params["name"])
         q = request.query_params
         status, state = f.text_field(q, "status"), f.text_field(q, "state")
-        counts = await p.bus.workflow_counts(m)
-        found = await p.bus.instances(m, status=status, state=state, limit=p.page_size)
+        counts = await p.bus.workflows.counts(m)
+        found = await p.bus.workflows.instances(m, status=status, state=state, limit=p.page_size)
         return p.render(
             request, "machine.html", machine=m, counts=sorted(counts.items()), instances=found,
             diagram=diagram(m, counts=counts), status=status, state=state,
         )  # fmt: skip
 
     async def instance(request: Request) -> Response:
-        m = p.bus.machine(request.path_params["name"])
+        m = p.bus.workflows.machine(request.path_params["name"])
         key = request.path_params["key"]
-        inst = await p.bus.instance(m, key)
+        inst = await p.bus.workflows.instance(m, key)
         return p.render(
             request, "instance.html", machine=m, inst=inst,
             checkpoint=pretty_json(msgspec.json.encode(inst.checkpoint)),
-            history=await p.bus.history(m, key), approvals=await p.bus.approvals(m, key),
-            signals=await p.bus.signals(m, key), states=sorted([*m.states, *m.terminals]),
+            history=await p.bus.workflows.history(m, key), approvals=await p.bus.workflows.approvals(m, key),
+            signals=await p.bus.workflows.signals(m, key), states=sorted([*m.states, *m.terminals]),
         )  # fmt: skip
 
     return [
@@ -111,12 +111,14 @@ def machine_routes(p: Pages) -> list[Route]:
 
 def schedule_routes(p: Pages) -> list[Route]:
     async def schedules(request: Request) -> Response:
-        return p.render(request, "schedules.html", schedules=await p.bus.list_schedules())
+        return p.render(request, "schedules.html", schedules=await p.bus.schedules.list())
 
     async def schedule(request: Request) -> Response:
         name = request.path_params["name"]
-        info = await p.bus.schedule_info(name)
-        return p.render(request, "schedule.html", s=info, occurrences=await p.bus.occurrences(name, 20))
+        info = await p.bus.schedules.info(name)
+        return p.render(
+            request, "schedule.html", s=info, occurrences=await p.bus.schedules.occurrences(name, 20)
+        )
 
     return [Route("/schedules", schedules), Route("/schedules/{name:path}", schedule)]
 

@@ -34,12 +34,12 @@ _BATCH = 100
 
 async def run_schedules(bus: Bus, stopping: Callable[[], bool]) -> None:
     """Declare the bus's schedules, then tick them until ``stopping()``."""
-    if not bus.schedules:
+    if not bus.schedules.declared:
         return
-    planner = bus.schedule_planner()
+    planner = bus.schedules.planner()
     while not stopping():
         try:
-            await bus.backend.schedules.declare([s.decl() for s in bus.schedules.values()], planner)
+            await bus.backend.schedules.declare([s.decl() for s in bus.schedules.declared.values()], planner)
             break
         except BackendError as exc:
             log.warning("recording schedules failed (%s); retrying", exc)

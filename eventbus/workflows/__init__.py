@@ -22,12 +22,11 @@ holds no worker and no connection::
 
     m.terminal("DONE")
     bus.include(m)
-    await bus.start(m, Retrain(customer="c-42"))
+    await bus.workflows.start(m, Retrain(customer="c-42"))
 """
 
 from __future__ import annotations
 
-from ._bus import Instance, WorkflowBus, WorkflowRun
 from ._context import StepContext
 from ._diagram import diagram
 from ._machine import (
@@ -42,6 +41,7 @@ from ._machine import (
     State,
 )
 from ._outcomes import Fail, Goto, Outcome, Uncertain, Yield
+from ._workflows import Instance, WorkflowRun, Workflows
 
 __all__ = [
     "BUILT_IN_TERMINALS",
@@ -59,8 +59,8 @@ __all__ = [
     "State",
     "StepContext",
     "Uncertain",
-    "WorkflowBus",
     "WorkflowRun",
+    "Workflows",
     "Yield",
     "diagram",
 ]

@@ -1,4 +1,4 @@
-"""Group commit of transitions, and grouped reads of pointers.
+"""Group commit of transitions, and grouped reads of facts.
 
 Visits finishing together share one transaction.
 
@@ -7,7 +7,7 @@ queued so far in one :meth:`~eventbus.backends.base.WorkflowStore.commit_many`
 (one commit, one fsync), and every waiter gets its own guarded result. While a
 batch is being written, the next one gathers, so batches grow with the load
 and a lone visit commits at once. Visits starting together read their
-pointers in one query the same way (:class:`LoadQueue`).
+facts in one read the same way (:class:`LoadQueue`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from ..backends.base import WorkflowStore, WorkflowTransition
+from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
 from ..errors import BackendError
-from ..types import WorkflowInstance
 
 __all__ = ["CommitQueue", "LoadQueue"]
 
@@ -74,12 +73,12 @@ class CommitQueue:
 class _Read:
     key: str
     done: bool = False
-    row: WorkflowInstance | None = None
+    row: WorkflowFacts | None = None
     error: BaseException | None = None
 
 
 class LoadQueue:
-    """One per machine on a bus: the pointers of visits starting together, in one query."""
+    """One per machine on a bus: the facts of visits starting together, in one read."""
 
     def __init__(self, store: WorkflowStore, machine: str) -> None:
         self.store = store
@@ -87,8 +86,8 @@ class LoadQueue:
         self._queued: list[_Read] = []
         self._lock = anyio.Lock()
 
-    async def load(self, key: str) -> WorkflowInstance | None:
-        """The committed pointer of ``key`` (read with whatever else is queued), or None."""
+    async def load(self, key: str) -> WorkflowFacts | None:
+        """The committed facts of ``key`` (read with whatever else is queued), or None."""
         read = _Read(key)
         self._queued.append(read)
         with anyio.CancelScope(shield=True):  # a batch taken from the queue is always answered
@@ -101,10 +100,10 @@ class LoadQueue:
         return read.row
 
     async def _read(self, batch: list[_Read]) -> None:
-        rows: dict[str, WorkflowInstance] = {}
+        rows: dict[str, WorkflowFacts] = {}
         failed: BackendError | None = None
         try:
-            rows = await self.store.load_many(self.machine, sorted({r.key for r in batch}))
+            rows = await self.store.facts(self.machine, sorted({r.key for r in batch}))
         except BackendError as exc:
             failed = exc
         for r in batch:

@@ -10,10 +10,10 @@ from typing import Any
 import asyncpg
 import pytest
 
-from eventbus import BackendError, Bus, Context, NoHooks
+from eventbus import BackendError, Bus, Context
 from eventbus._coalesce import Flush
 from eventbus.backends.base import OutgoingEvent
-from eventbus.observe import Publishing
+from eventbus.observe import NoHooks, Publishing
 from eventbus.types import PublishResult
 
 from ..conftest import Target

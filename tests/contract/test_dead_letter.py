@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eventbus import ConfigurationError, Context, DeliveryFilter, RetryPolicy
-from eventbus.types import DeadLetterFilter
+from eventbus import ConfigurationError, Context, RetryPolicy
+from eventbus.types import DeadLetterFilter, DeliveryFilter
 
 from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eventbus import ConfigurationError, Context, DeliveryFilter, NotFound, RetryPolicy
+from eventbus import ConfigurationError, Context, NotFound, RetryPolicy
+from eventbus.types import DeliveryFilter
 
 from ..support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 

@@ -7,8 +7,9 @@ import logging
 import anyio
 import pytest
 
-from eventbus import Context, DeliveryFilter, NotFound, RetryPolicy, Worker
+from eventbus import Context, NotFound, RetryPolicy, Worker
 from eventbus.backends.base import Failure
+from eventbus.types import DeliveryFilter
 
 from ..support.helpers import OrderPlaced, counts, drain
 

@@ -13,8 +13,9 @@ import anyio.lowlevel
 import asyncpg
 import pytest
 
-from eventbus import BackendUnavailable, Context, MigrationChecksumMismatch, Worker
+from eventbus import BackendUnavailable, Context, Worker
 from eventbus.backends.base import Completion
+from eventbus.errors import MigrationChecksumMismatch
 
 from ..support.helpers import OrderPlaced, PaymentRequested, counts, drain
 

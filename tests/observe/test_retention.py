@@ -7,17 +7,9 @@ from datetime import timedelta
 import anyio
 import pytest
 
-from eventbus import (
-    Context,
-    DeadLetter,
-    Event,
-    NotFound,
-    PublishResult,
-    RetentionOverride,
-    RetryPolicy,
-    Worker,
-)
+from eventbus import Context, DeadLetter, Event, NotFound, RetentionOverride, RetryPolicy, Worker
 from eventbus.retention import Retention
+from eventbus.types import PublishResult
 
 from ..support.helpers import OrderPlaced, counts, drain
 

@@ -17,9 +17,9 @@ async def test_list_show_pause_resume_trigger_backfill_remove(make_bus: BusFacto
     anchor = await db_now(target) - timedelta(minutes=30)
     bus = await make_bus()
     bus.schedule("hourly", Beat, every=timedelta(hours=1), anchor=anchor, missed="skip", overlap="skip")
-    await bus.declare_schedules()
+    await bus.schedules.declare()
     await rewind(target, "hourly", 2 * 3600)
-    await bus.tick_schedules()  # two skipped_missed occurrences
+    await bus.schedules.tick()  # two skipped_missed occurrences
 
     listed = eventbus(target, "schedule", "list").stdout
     assert "hourly" in listed and "every 3600s" in listed and "missed=skip overlap=skip" in listed
@@ -29,9 +29,9 @@ async def test_list_show_pause_resume_trigger_backfill_remove(make_bus: BusFacto
     assert shown.count("skipped_missed") == 2 and "next_occurrence_at" in shown
 
     assert eventbus(target, "schedule", "pause", "hourly").stdout.strip() == "paused hourly"
-    assert (await bus.schedule_info("hourly")).paused
+    assert (await bus.schedules.info("hourly")).paused
     eventbus(target, "schedule", "resume", "hourly")
-    assert not (await bus.schedule_info("hourly")).paused
+    assert not (await bus.schedules.info("hourly")).paused
 
     out = eventbus(target, "schedule", "trigger", "hourly").stdout
     assert out.startswith("requested hourly@")
@@ -41,7 +41,7 @@ async def test_list_show_pause_resume_trigger_backfill_remove(make_bus: BusFacto
     ).stdout
     # The two skipped ones and the one before them, never recorded.
     assert out.strip() == "requested 3 occurrence(s) of hourly"
-    report = await bus.tick_schedules()  # the worker's tick fires what was requested
+    report = await bus.schedules.tick()  # the worker's tick fires what was requested
     assert report.fired == 4 and len(await event_keys(target, "test.beat")) == 4
 
     eventbus(target, "schedule", "remove", "hourly", "--yes")

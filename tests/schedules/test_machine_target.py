@@ -48,15 +48,17 @@ async def test_a_schedule_starts_one_run_per_occurrence(make_bus: BusFactory, ta
         anchor=now - timedelta(hours=1),
         missed="all",
     )
-    await bus.declare_schedules()
+    await bus.schedules.declare()
     await rewind(target, "nightly-report", 2 * 86400)
-    report_ = await bus.tick_schedules()
+    report_ = await bus.schedules.tick()
     assert report_.fired == 2  # the two occurrences of the last two days
-    assert (await bus.tick_schedules()).fired == 0  # each occurrence fires once
+    assert (await bus.schedules.tick()).fired == 0  # each occurrence fires once
     await drain(bus)
-    fired = sorted(o.scheduled_for for o in await bus.occurrences("nightly-report") if o.status == "fired")
+    fired = sorted(
+        o.scheduled_for for o in await bus.schedules.occurrences("nightly-report") if o.status == "fired"
+    )
     for when in fired:
-        inst = await bus.instance(report, f"c-42@{when.date().isoformat()}")
+        inst = await bus.workflows.instance(report, f"c-42@{when.date().isoformat()}")
         assert inst.status == "completed" and inst.state == "DONE"
         assert inst.checkpoint.steps == 1
 

@@ -111,7 +111,7 @@ def test_bad_declarations_raise_a_typed_error(options: dict, message: str) -> No
     bus = Bus("sqlite:///unused.db")
     with pytest.raises(InvalidSchedule, match=message):
         bus.schedule("bad", Beat, **options)
-    assert bus.schedules == {}
+    assert bus.declared_schedules == {}
 
 
 def test_event_classes_and_targets_are_checked() -> None:

@@ -64,7 +64,7 @@ async def _assert_each_second_fired_once(bus: Bus, target: Target, names: list[s
     assert len(keys) == len(set(keys)), "an occurrence fired twice"
     total = 0
     for name in names:
-        occurrences = sorted(await bus.occurrences(name, 10_000), key=lambda o: o.scheduled_for)
+        occurrences = sorted(await bus.schedules.occurrences(name, 10_000), key=lambda o: o.scheduled_for)
         times = [o.scheduled_for for o in occurrences]
         assert times == [times[0] + timedelta(seconds=i) for i in range(len(times))], f"{name} has a gap"
         assert {o.status for o in occurrences} == {"fired"}
@@ -86,7 +86,7 @@ async def test_two_workers_fire_an_every_second_schedule_once_per_second(
         await _stop(workers)
         fired = await _assert_each_second_fired_once(bus, target, ["sec-0"])
         assert 3 <= fired <= 6
-        for o in await bus.occurrences("sec-0", 100):
+        for o in await bus.schedules.occurrences("sec-0", 100):
             assert o.fired_at is not None and timedelta(0) <= o.fired_at - o.scheduled_for < timedelta(
                 seconds=1
             )
@@ -140,9 +140,9 @@ async def test_a_worker_whose_clock_is_off_fires_nothing_early_or_late(
         ]
         await asyncio.sleep(4.0)
         await _stop(workers)
-        assert await bus.occurrences("hourly") == []
-        assert (await bus.schedule_info("hourly")).next_occurrence_at == anchor
-        ticked = await bus.occurrences("sec-0", 100)
+        assert await bus.schedules.occurrences("hourly") == []
+        assert (await bus.schedules.info("hourly")).next_occurrence_at == anchor
+        ticked = await bus.schedules.occurrences("sec-0", 100)
         assert len(ticked) >= 2
         for o in ticked:
             assert o.fired_at is not None and timedelta(0) <= o.fired_at - o.scheduled_for < timedelta(

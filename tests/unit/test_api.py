@@ -8,19 +8,11 @@ from typing import Any
 import pytest
 
 import eventbus
-from eventbus import (
-    Bus,
-    ConfigurationError,
-    Context,
-    DuplicateSubscription,
-    Event,
-    HandlerSignatureError,
-    RetryPolicy,
-    Worker,
-)
+from eventbus import Bus, ConfigurationError, Context, Event, RetryPolicy, Worker
 from eventbus.backends._migrations import Migration, discover, pending
 from eventbus.backends._sql import validate_schema
 from eventbus.backends.postgres import PostgresBackend
+from eventbus.errors import DuplicateSubscription, HandlerSignatureError
 from eventbus.event import decode_event, encode_event
 
 from ..support.helpers import OrderPlaced, PaymentRequested
@@ -95,7 +87,7 @@ def test_migration_files_are_named_and_refused_when_edited() -> None:
     first = discover("postgres")[0]
     assert pending([first], {1: first.checksum}) == []
     edited = Migration(1, first.name, first.sql + "\n-- edited")
-    with pytest.raises(eventbus.MigrationChecksumMismatch):
+    with pytest.raises(eventbus.errors.MigrationChecksumMismatch):
         pending([edited], {1: first.checksum})
 
 

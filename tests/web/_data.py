@@ -72,10 +72,10 @@ async def seed(bus: Bus, good: int = 3, bad: int = 3) -> None:
     orders += [OrderPlaced(order_id=f"bad-{i}<script>", amount_cents=7) for i in range(bad)]
     await bus.publish_many(orders)
     await drain(bus)
-    await bus.declare_schedules()
-    await bus.trigger_schedule("hourly-report")
-    await bus.tick_schedules()
-    await bus.start(pay, Charge(key="c-1"))
+    await bus.schedules.declare()
+    await bus.schedules.trigger("hourly-report")
+    await bus.schedules.tick()
+    await bus.workflows.start(pay, Charge(key="c-1"))
     await run_until(bus, lambda: status_is(bus, pay, "c-1", "waiting_approval"))
 
 

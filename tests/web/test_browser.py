@@ -18,7 +18,8 @@ import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
 
-from eventbus import Bus, DeliveryFilter
+from eventbus import Bus
+from eventbus.types import DeliveryFilter
 
 from ..support.processes import ProcessGroup
 from ._data import drain_orders, pay, state
@@ -155,7 +156,7 @@ async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> 
     await page.fill("input[aria-label=reason]", "ok by me")
     await page.click("button:text('Approve')")
     await expect(page.locator(".flash")).to_contain_text("approved")
-    (row,) = await seeded.approvals(pay, "c-1")
+    (row,) = await seeded.workflows.approvals(pay, "c-1")
     assert row.status == "approved" and row.reason == "ok by me" and row.decided_by == "dashboard@127.0.0.1"
 
 

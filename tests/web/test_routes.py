@@ -9,7 +9,8 @@ import anyio
 import httpx
 import pytest
 
-from eventbus import Bus, DeliveryFilter, Worker
+from eventbus import Bus, Worker
+from eventbus.types import DeliveryFilter
 from eventbus.web import create_app
 from eventbus.web._guard import COOKIE
 
@@ -152,26 +153,26 @@ async def test_approval_through_the_dashboard(rw: httpx.AsyncClient, seeded: Bus
     page = await rw.get("/machines/pay/instances/c-1")
     approval = re.search(r'action="/approvals/(\d+)/approve"', page.text)
     assert approval is None, "no form before the browser is unlocked"
-    (row,) = await seeded.approvals(pay, "c-1")
+    (row,) = await seeded.workflows.approvals(pay, "c-1")
     r = await _post(rw, f"/approvals/{row.id}/approve", {"token": TOKEN, "reason": "looks fine"})
     assert r.status_code == 303
-    (row,) = await seeded.approvals(pay, "c-1")
+    (row,) = await seeded.workflows.approvals(pay, "c-1")
     assert row.status == "approved" and row.decided_by == "dashboard@127.0.0.1" and row.reason == "looks fine"
     again = await _post(rw, f"/approvals/{row.id}/approve", {"token": TOKEN})
     assert again.status_code == 400 and "GuardMismatch" in again.text  # a decision is made once
     await finish(seeded, pay, ["c-1"])
-    assert (await seeded.instance(pay, "c-1")).state == "DONE"
+    assert (await seeded.workflows.instance(pay, "c-1")).state == "DONE"
 
 
 async def test_repoint_and_schedule_and_subscription_actions(rw: httpx.AsyncClient, seeded: Bus) -> None:
     form = {"token": TOKEN, "to": "DENIED", "reason": "customer left", "expect": "CHARGE"}
     assert (await _post(rw, "/machines/pay/instances/c-1/repoint", form)).status_code == 303
-    assert (await seeded.instance(pay, "c-1")).state == "DENIED"
+    assert (await seeded.workflows.instance(pay, "c-1")).state == "DENIED"
     assert (await _post(rw, "/schedules/hourly-report/pause", {"token": TOKEN})).status_code == 303
-    assert (await seeded.schedule_info("hourly-report")).paused
+    assert (await seeded.schedules.info("hourly-report")).paused
     assert (await _post(rw, "/schedules/hourly-report/resume", {"token": TOKEN})).status_code == 303
     assert (await _post(rw, "/schedules/hourly-report/trigger", {"token": TOKEN})).status_code == 303
-    assert (await seeded.schedule_info("hourly-report")).requested
+    assert (await seeded.schedules.info("hourly-report")).requested
     assert (await _post(rw, "/subscriptions/ship/pause", {"token": TOKEN})).status_code == 303
     assert {s.name: s.state for s in await seeded.list_subscriptions()}["ship"] == "paused"
 
@@ -197,15 +198,15 @@ async def test_pause_resume_and_cancel_an_instance(rw: httpx.AsyncClient, seeded
     assert "/instances/c-1/pause" in page.text and "/instances/c-1/resume" not in page.text
     form = {"token": TOKEN, "reason": "hold on"}
     assert (await _post(rw, "/machines/pay/instances/c-1/pause", form)).status_code == 303
-    assert (await seeded.instance(pay, "c-1")).status == "paused"
+    assert (await seeded.workflows.instance(pay, "c-1")).status == "paused"
     page = await rw.get("/machines/pay/instances/c-1")
     assert "/instances/c-1/resume" in page.text and "/instances/c-1/pause" not in page.text
     assert (await _post(rw, "/machines/pay/instances/c-1/resume", form)).status_code == 303
-    assert (await seeded.instance(pay, "c-1")).status != "paused"
+    assert (await seeded.workflows.instance(pay, "c-1")).status != "paused"
     assert (await _post(rw, "/machines/pay/instances/c-1/cancel", form)).status_code == 303
-    inst = await seeded.instance(pay, "c-1")
+    inst = await seeded.workflows.instance(pay, "c-1")
     assert inst.status == "cancelled"
-    history = await seeded.history(pay, "c-1")
+    history = await seeded.workflows.history(pay, "c-1")
     assert [r.reason for r in history[-3:]] == ["hold on"] * 3
     assert all(r.actor == "operator:dashboard@127.0.0.1" for r in history[-3:])
 
@@ -222,7 +223,7 @@ async def test_read_only_refuses_every_action(ro: httpx.AsyncClient, seeded: Bus
     page = await ro.get("/dead")
     assert "Purge" not in page.text and 'name="ids"' not in page.text
     assert await _dead_ids(seeded) == ids
-    assert not (await seeded.schedule_info("hourly-report")).paused
+    assert not (await seeded.schedules.info("hourly-report")).paused
 
 
 async def test_actions_need_the_token_and_the_same_origin(rw: httpx.AsyncClient, seeded: Bus) -> None:

@@ -31,7 +31,7 @@ async def finish(bus: Bus, machine: Any, keys: list[str], timeout: float = 20.0,
 
     async def done() -> bool:
         for key in keys:
-            if (await bus.instance(machine, key)).status not in TERMINAL:
+            if (await bus.workflows.instance(machine, key)).status not in TERMINAL:
                 return False
         return True
 
@@ -39,7 +39,7 @@ async def finish(bus: Bus, machine: Any, keys: list[str], timeout: float = 20.0,
 
 
 async def status_is(bus: Bus, machine: Any, key: str, *statuses: str) -> bool:
-    return (await bus.instance(machine, key)).status in statuses
+    return (await bus.workflows.instance(machine, key)).status in statuses
 
 
 async def step_deliveries(bus: Bus, machine: str, key: str) -> dict[str, list[int]]:

@@ -51,7 +51,7 @@ async def test_workflow_commands(target: Target) -> None:
     bus.include(machine)
     try:
         await bus.migrate()
-        await bus.start(machine, Retrain(customer="acme"))
+        await bus.workflows.start(machine, Retrain(customer="acme"))
     finally:
         await bus.aclose()
     assert "acme" in eventbus(target, *APP, "list", "retrain", "--status", "pending").stdout
@@ -104,10 +104,10 @@ async def test_a_bus_including_the_application_runs_its_machines() -> None:
     gpu.script("hooli", "succeeded", polls=1)
     async with temporary_bus(router=app) as bus:
         assert (
-            "retrain" in bus.machines
+            "retrain" in bus.workflows.machines
             and bus.subscriptions["wf.retrain"].handler != app.subscriptions["wf.retrain"].handler
         )
-        await bus.start("retrain", Retrain(customer="hooli"))
+        await bus.workflows.start("retrain", Retrain(customer="hooli"))
         await drain(bus)
-        inst = await bus.instance("retrain", "hooli")
+        inst = await bus.workflows.instance("retrain", "hooli")
         assert inst.state == "DONE" and (inst.checkpoint.model or "").startswith("model of hooli")

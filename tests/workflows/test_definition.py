@@ -7,7 +7,8 @@ from datetime import timedelta
 import msgspec
 import pytest
 
-from eventbus import Bus, DefinitionError, UncappedCycle, UndeclaredState, UnreachableState
+from eventbus import Bus, DefinitionError
+from eventbus.errors import UncappedCycle, UndeclaredState, UnreachableState
 from eventbus.workflows import Machine, StepContext
 
 

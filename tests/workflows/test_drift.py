@@ -35,19 +35,19 @@ async def test_check_finds_instances_in_states_that_are_gone_and_renamed_maps_th
     old: Bus = await make_bus()
     v1 = version("OLD")
     old.include(v1)
-    await old.start(v1, D(key="d1"))
+    await old.workflows.start(v1, D(key="d1"))
     await run_until(old, lambda: status_is(old, v1, "d1", "waiting"))
-    assert await old.workflow_check(v1) == []
+    assert await old.workflows.check(v1) == []
 
     new: Bus = await make_bus()
     new.include(version("NEW"))
-    (problem,) = await new.workflow_check("drift")
+    (problem,) = await new.workflows.check("drift")
     assert "1 waiting instance(s) of drift are in OLD" in problem
 
     mapped: Bus = await make_bus()
     v3 = version("NEW", renamed={"OLD": "NEW"})
     mapped.include(v3)
-    assert await mapped.workflow_check(v3) == []
+    assert await mapped.workflows.check(v3) == []
     await finish(mapped, v3, ["d1"])
-    inst = await mapped.instance(v3, "d1")
+    inst = await mapped.workflows.instance(v3, "d1")
     assert inst.state == "DONE" and inst.checkpoint.ran[-1] == "NEW"

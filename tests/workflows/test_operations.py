@@ -6,7 +6,8 @@ import anyio
 import msgspec
 import pytest
 
-from eventbus import Bus, GuardMismatch, UndeclaredState, UnknownInstance
+from eventbus import Bus, GuardMismatch, UnknownInstance
+from eventbus.errors import UndeclaredState
 from eventbus.types import WorkflowEffectRow
 from eventbus.workflows import FAILED, UNCERTAIN, Goto, Machine, StepContext, Uncertain, Yield
 
@@ -88,55 +89,55 @@ async def obus(bus: Bus) -> Bus:
 
 async def test_repoint_fences_a_visit_in_flight_and_is_audited(obus: Bus) -> None:
     gates["held"], entered["held"] = anyio.Event(), anyio.Event()
-    await obus.start(ops, Task(key="held"))
+    await obus.workflows.start(ops, Task(key="held"))
 
     async def repoint_then_release() -> bool:
         if not entered["held"].is_set():
             return False
         with pytest.raises(GuardMismatch):
-            await obus.repoint(ops, "held", to="OTHER", reason="stuck", expect="START")
-        await obus.repoint(ops, "held", to="OTHER", reason="stuck in SLOW", expect="SLOW", by="ann")
+            await obus.workflows.repoint(ops, "held", to="OTHER", reason="stuck", expect="START")
+        await obus.workflows.repoint(ops, "held", to="OTHER", reason="stuck in SLOW", expect="SLOW", by="ann")
         gates["held"].set()  # the fenced visit now tries to commit
         return True
 
     await run_until(obus, repoint_then_release)
     await finish(obus, ops, ["held"])
-    inst = await obus.instance(ops, "held")
+    inst = await obus.workflows.instance(ops, "held")
     assert (inst.state, inst.checkpoint.note) == ("DONE", "other ran")
-    rows = [(r.state, r.outcome, r.next_state, r.actor) for r in await obus.history(ops, "held")]
+    rows = [(r.state, r.outcome, r.next_state, r.actor) for r in await obus.workflows.history(ops, "held")]
     assert ("SLOW", "repoint", "OTHER", "operator:ann") in rows
     assert not any(state == "SLOW" and outcome == "ok" for state, outcome, _, _ in rows), (
         "the fenced visit wrote nothing"
     )
-    assert (await obus.history(ops, "held"))[1].reason == "stuck in SLOW"
+    assert (await obus.workflows.history(ops, "held"))[1].reason == "stuck in SLOW"
     with pytest.raises(UndeclaredState):
-        await obus.repoint(ops, "held", to="NOWHERE", reason="typo")
+        await obus.workflows.repoint(ops, "held", to="NOWHERE", reason="typo")
     with pytest.raises(UnknownInstance):
-        await obus.repoint(ops, "nobody", to="DONE", reason="x")
+        await obus.workflows.repoint(ops, "nobody", to="DONE", reason="x")
 
 
 async def test_pause_stops_visits_until_resume_and_cancel_ends_the_run(obus: Bus) -> None:
-    await obus.start(ops, Task(key="loop-1"))
+    await obus.workflows.start(ops, Task(key="loop-1"))
     await run_until(obus, lambda: _polled(obus, "loop-1", 3))
-    await obus.pause(ops, "loop-1", by="ann", reason="maintenance")
-    paused = await obus.instance(ops, "loop-1")
+    await obus.workflows.pause(ops, "loop-1", by="ann", reason="maintenance")
+    paused = await obus.workflows.instance(ops, "loop-1")
     assert paused.status == "paused"
     with anyio.move_on_after(0.5):
         await run_until(obus, lambda: _never())
-    assert (await obus.instance(ops, "loop-1")).checkpoint.polls == paused.checkpoint.polls
+    assert (await obus.workflows.instance(ops, "loop-1")).checkpoint.polls == paused.checkpoint.polls
     with pytest.raises(GuardMismatch):
-        await obus.pause(ops, "loop-1")
-    await obus.resume(ops, "loop-1", by="ann")
+        await obus.workflows.pause(ops, "loop-1")
+    await obus.workflows.resume(ops, "loop-1", by="ann")
     await run_until(obus, lambda: _polled(obus, "loop-1", paused.checkpoint.polls + 2))
-    await obus.cancel_instance(ops, "loop-1", by="ann", reason="not needed")
-    inst = await obus.instance(ops, "loop-1")
+    await obus.workflows.cancel(ops, "loop-1", by="ann", reason="not needed")
+    inst = await obus.workflows.instance(ops, "loop-1")
     assert (inst.state, inst.status) == ("CANCELLED", "cancelled")
-    outcomes = [r.outcome for r in await obus.history(ops, "loop-1") if r.actor == "operator:ann"]
+    outcomes = [r.outcome for r in await obus.workflows.history(ops, "loop-1") if r.actor == "operator:ann"]
     assert outcomes == ["pause", "resume", "cancel"]
 
 
 async def _polled(bus: Bus, key: str, n: int) -> bool:
-    return (await bus.instance(ops, key)).checkpoint.polls >= n
+    return (await bus.workflows.instance(ops, key)).checkpoint.polls >= n
 
 
 async def _never() -> bool:
@@ -144,40 +145,40 @@ async def _never() -> bool:
 
 
 async def test_compensations_run_in_reverse_on_a_failure_terminal(obus: Bus) -> None:
-    await obus.start(ops, Task(key="fx-1"))
+    await obus.workflows.start(ops, Task(key="fx-1"))
     await finish(obus, ops, ["fx-1"])
-    inst = await obus.instance(ops, "fx-1")
+    inst = await obus.workflows.instance(ops, "fx-1")
     assert (inst.state, inst.status) == (FAILED, "failed")
     # The visit recorded two effects before it raised; they are undone last first.
     assert undone == [("fx-1", "email.sent"), ("fx-1", "card.charged")]
-    rows = await obus.history(ops, "fx-1")
+    rows = await obus.workflows.history(ops, "fx-1")
     assert [r.outcome for r in rows if r.state == "COMPENSATING"] == ["compensate"] * 2 + ["compensated"]
 
 
 async def test_a_compensation_that_cannot_complete_leaves_the_instance_uncertain(obus: Bus) -> None:
-    await obus.start(ops, Task(key="fx-stuck"))
+    await obus.workflows.start(ops, Task(key="fx-stuck"))
     await finish(obus, ops, ["fx-stuck"])
-    inst = await obus.instance(ops, "fx-stuck")
+    inst = await obus.workflows.instance(ops, "fx-stuck")
     assert (inst.state, inst.status) == (UNCERTAIN, "uncertain")
-    failed = [r for r in await obus.history(ops, "fx-stuck") if r.outcome == "compensate-failed"]
+    failed = [r for r in await obus.workflows.history(ops, "fx-stuck") if r.outcome == "compensate-failed"]
     assert len(failed) == 3 and failed[0].error == "ConnectionError: payment provider unreachable"
-    await obus.resolve(ops, "fx-stuck", outcome="failed", by="dora", reason="refunded by hand")
-    assert (await obus.instance(ops, "fx-stuck")).state == FAILED
+    await obus.workflows.resolve(ops, "fx-stuck", outcome="failed", by="dora", reason="refunded by hand")
+    assert (await obus.workflows.instance(ops, "fx-stuck")).state == FAILED
 
 
 async def test_uncertain_stops_for_a_human_and_resolve_continues(obus: Bus) -> None:
-    await obus.start(ops, Task(key="unsure-1"))
+    await obus.workflows.start(ops, Task(key="unsure-1"))
     await finish(obus, ops, ["unsure-1"])
-    inst = await obus.instance(ops, "unsure-1")
+    inst = await obus.workflows.instance(ops, "unsure-1")
     assert (inst.state, inst.status, inst.held_state) == (UNCERTAIN, "uncertain", "START")
     assert inst.last_error == "provider timed out after submit"
     with pytest.raises(GuardMismatch):
-        await obus.resume(ops, "unsure-1")
-    await obus.resolve(ops, "unsure-1", outcome="retry", by="carol", reason="checked the provider")
+        await obus.workflows.resume(ops, "unsure-1")
+    await obus.workflows.resolve(ops, "unsure-1", outcome="retry", by="carol", reason="checked the provider")
     await finish(obus, ops, ["unsure-1"])
-    done = await obus.instance(ops, "unsure-1")
+    done = await obus.workflows.instance(ops, "unsure-1")
     assert (done.state, done.visits["START"]) == ("DONE", 2)
-    resolved = [r for r in await obus.history(ops, "unsure-1") if r.outcome == "resolve"]
+    resolved = [r for r in await obus.workflows.history(ops, "unsure-1") if r.outcome == "resolve"]
     assert [(r.actor, r.reason, r.next_state) for r in resolved] == [
         ("operator:carol", "retry: checked the provider", "START")
     ]

@@ -44,7 +44,7 @@ async def start_all(target: Target, keys: list[str]) -> Bus:
     bus.include(m)
     await bus.migrate()
     for key in keys:
-        await bus.start(m, Retrain(customer=key))
+        await bus.workflows.start(m, Retrain(customer=key))
     return bus
 
 
@@ -58,7 +58,7 @@ async def wait_for(what: str, check: Any, timeout: float, group: ProcessGroup) -
 
 
 async def counts(bus: Bus) -> dict[tuple[str, str], int]:
-    return await bus.workflow_counts(m)
+    return await bus.workflows.counts(m)
 
 
 async def busy_while_waiting(bus: Bus) -> tuple[int, int]:
@@ -124,7 +124,7 @@ async def test_sigkill_every_worker_mid_poll_then_every_machine_finishes(
         assert sorted(j[0] for j in jobs) == sorted(keys)
         assert all(n == 1 and submits == 1 for _, n, submits in jobs), "no job was submitted twice"
         for key in keys:
-            inst = await bus.instance(m, key)
+            inst = await bus.workflows.instance(m, key)
             assert inst.visits["SUBMIT_JOB"] == 1 and inst.visits["POLL_JOB"] >= 2
     finally:
         await bus.aclose()
@@ -140,7 +140,7 @@ async def test_three_workers_never_overlap_visits_of_one_instance(
         for i in range(3):
             group.spawn(WORKER, env, f"w{i}")
         for key in keys:
-            await bus.start(m, Retrain(customer=key))
+            await bus.workflows.start(m, Retrain(customer=key))
 
         async def all_done() -> bool:
             return (await counts(bus)) == {("DONE", "completed"): len(keys)}
@@ -156,7 +156,7 @@ async def test_three_workers_never_overlap_visits_of_one_instance(
             for (_, end), (start, _) in itertools.pairwise(spans):
                 assert start >= end, f"two visits of {key} overlapped"
         for key in keys[:50]:
-            rows = await bus.history(m, key)
+            rows = await bus.workflows.history(m, key)
             for earlier, later in itertools.pairwise(rows):
                 assert later.started_at >= earlier.at, f"history of {key}: visits overlapped"
     finally:

@@ -83,60 +83,60 @@ async def wbus(bus: Bus) -> Bus:
 
 
 async def test_a_signal_sent_before_the_wait_is_kept(wbus: Bus) -> None:
-    assert await wbus.signal(sig, "early", "go", {"n": 1}, id="s-1")
-    assert not await wbus.signal(sig, "early", "go", {"n": 2}, id="s-1"), "same id: deduplicated"
-    await wbus.start(sig, Wait(key="early"))
+    assert await wbus.workflows.signal(sig, "early", "go", {"n": 1}, id="s-1")
+    assert not await wbus.workflows.signal(sig, "early", "go", {"n": 2}, id="s-1"), "same id: deduplicated"
+    await wbus.workflows.start(sig, Wait(key="early"))
     await finish(wbus, sig, ["early"], timeout=10)
-    inst = await wbus.instance(sig, "early")
+    inst = await wbus.workflows.instance(sig, "early")
     assert inst.checkpoint.got == [{"n": 1}] and inst.visits == {"WAIT": 1}
-    rows = await wbus.signals(sig, "early")
+    rows = await wbus.workflows.signals(sig, "early")
     assert len(rows) == 1 and rows[0].consumed_version == inst.version
 
 
 async def test_a_signal_wakes_a_waiting_state_long_before_its_poll(wbus: Bus) -> None:
-    await wbus.start(sig, Wait(key="late"))
+    await wbus.workflows.start(sig, Wait(key="late"))
     await run_until(wbus, lambda: status_is(wbus, sig, "late", "waiting"))
-    waiting = await wbus.instance(sig, "late")
+    waiting = await wbus.workflows.instance(sig, "late")
     assert waiting.next_run_at is not None
-    assert await wbus.signal(sig, "late", "go", "now")
+    assert await wbus.workflows.signal(sig, "late", "go", "now")
     await finish(wbus, sig, ["late"], timeout=10)  # the poll is a minute away
-    inst = await wbus.instance(sig, "late")
+    inst = await wbus.workflows.instance(sig, "late")
     assert inst.checkpoint.got == ["now"] and inst.visits == {"WAIT": 2}
-    assert [r.outcome for r in await wbus.history(sig, "late")] == ["yield", "ok"]
+    assert [r.outcome for r in await wbus.workflows.history(sig, "late")] == ["yield", "ok"]
 
 
 async def _requested(bus: Bus, m: Machine[Charge], key: str) -> int:
     await run_until(bus, lambda: status_is(bus, m, key, "waiting_approval"))
-    (row,) = [a for a in await bus.approvals(m, key) if a.status == "pending"]
+    (row,) = [a for a in await bus.workflows.approvals(m, key) if a.status == "pending"]
     return row.id
 
 
 async def test_approve_runs_the_state_once_and_records_who(wbus: Bus) -> None:
-    await wbus.start(pay, Charge(key="ok"))
+    await wbus.workflows.start(pay, Charge(key="ok"))
     approval_id = await _requested(wbus, pay, "ok")
-    decided = await wbus.approve(approval_id, by="alice", reason="looks right")
+    decided = await wbus.workflows.approve(approval_id, by="alice", reason="looks right")
     assert (decided.status, decided.decided_by, decided.reason) == ("approved", "alice", "looks right")
     with pytest.raises(GuardMismatch):
-        await wbus.approve(approval_id, by="mallory")
+        await wbus.workflows.approve(approval_id, by="mallory")
     await finish(wbus, pay, ["ok"])
-    inst = await wbus.instance(pay, "ok")
+    inst = await wbus.workflows.instance(pay, "ok")
     assert (inst.state, inst.checkpoint.approved_by) == ("DONE", ["alice"])
-    outcomes = [(r.state, r.outcome) for r in await wbus.history(pay, "ok")]
+    outcomes = [(r.state, r.outcome) for r in await wbus.workflows.history(pay, "ok")]
     assert outcomes == [("CHARGE", "approval-requested"), ("CHARGE", "ok")]
-    (row,) = await wbus.approvals(pay, "ok")
+    (row,) = await wbus.workflows.approvals(pay, "ok")
     assert row.consumed_version == inst.version
     with pytest.raises(UnknownApproval):
-        await wbus.approve(10**9, by="alice")
+        await wbus.workflows.approve(10**9, by="alice")
 
 
 async def test_deny_takes_the_deny_edge(wbus: Bus) -> None:
-    await wbus.start(pay, Charge(key="no"))
+    await wbus.workflows.start(pay, Charge(key="no"))
     approval_id = await _requested(wbus, pay, "no")
-    await wbus.deny(approval_id, by="bob", reason="too much")
+    await wbus.workflows.deny(approval_id, by="bob", reason="too much")
     await finish(wbus, pay, ["no"])
-    inst = await wbus.instance(pay, "no")
+    inst = await wbus.workflows.instance(pay, "no")
     assert (inst.state, inst.status, inst.checkpoint.approved_by) == ("DENIED", "failed", [])
-    last = (await wbus.history(pay, "no"))[-1]
+    last = (await wbus.workflows.history(pay, "no"))[-1]
     assert (last.outcome, last.actor, last.reason, last.next_state) == (
         "denied",
         "operator:bob",
@@ -146,43 +146,45 @@ async def test_deny_takes_the_deny_edge(wbus: Bus) -> None:
 
 
 async def test_an_approval_expires_into_its_timeout_edge(wbus: Bus) -> None:
-    await wbus.start(hurry, Charge(key="slow"))
+    await wbus.workflows.start(hurry, Charge(key="slow"))
     approval_id = await _requested(wbus, hurry, "slow")
     await finish(wbus, hurry, ["slow"])
-    assert (await wbus.instance(hurry, "slow")).state == "EXPIRED"
+    assert (await wbus.workflows.instance(hurry, "slow")).state == "EXPIRED"
     with pytest.raises(GuardMismatch):
-        await wbus.approve(approval_id, by="alice")
-    (row,) = await wbus.approvals(hurry, "slow")
+        await wbus.workflows.approve(approval_id, by="alice")
+    (row,) = await wbus.workflows.approvals(hurry, "slow")
     assert row.status == "expired"
 
 
 async def test_a_changed_input_needs_a_new_approval(wbus: Bus) -> None:
-    await wbus.start(pay, Charge(key="change"))
+    await wbus.workflows.start(pay, Charge(key="change"))
     first = await _requested(wbus, pay, "change")
-    await wbus.approve(first, by="alice")
+    await wbus.workflows.approve(first, by="alice")
     await run_until(wbus, lambda: _pending_again(wbus))
-    inst = await wbus.instance(pay, "change")
+    inst = await wbus.workflows.instance(pay, "change")
     assert (inst.state, inst.status, inst.checkpoint.amount) == ("CHARGE", "waiting_approval", 200)
-    old, new = await wbus.approvals(pay, "change")
+    old, new = await wbus.workflows.approvals(pay, "change")
     assert (old.id, old.status) == (first, "approved") and old.consumed_version is not None
     assert new.status == "pending" and new.input_hash != old.input_hash
     assert msgspec.json.decode(new.input) == ["change", 200]
-    await wbus.approve(new.id, by="carol")
+    await wbus.workflows.approve(new.id, by="carol")
     await finish(wbus, pay, ["change"])
-    assert (await wbus.instance(pay, "change")).checkpoint.approved_by == ["alice", "carol"]
+    assert (await wbus.workflows.instance(pay, "change")).checkpoint.approved_by == ["alice", "carol"]
 
 
 async def _pending_again(bus: Bus) -> bool:
-    return len([a for a in await bus.approvals(pay, "change") if a.status == "pending"]) == 1
+    return len([a for a in await bus.workflows.approvals(pay, "change") if a.status == "pending"]) == 1
 
 
 async def test_a_paused_request_waits_again_after_resume_and_still_expires(wbus: Bus) -> None:
-    await wbus.start(hurry, Charge(key="paused"))
+    await wbus.workflows.start(hurry, Charge(key="paused"))
     await _requested(wbus, hurry, "paused")
-    await wbus.pause(hurry, "paused")
-    await wbus.resume(hurry, "paused")
+    await wbus.workflows.pause(hurry, "paused")
+    await wbus.workflows.resume(hurry, "paused")
     await finish(wbus, hurry, ["paused"])
-    assert (await wbus.instance(hurry, "paused")).state == "EXPIRED"
-    outcomes = [r.outcome for r in await wbus.history(hurry, "paused")]
+    assert (await wbus.workflows.instance(hurry, "paused")).state == "EXPIRED"
+    outcomes = [r.outcome for r in await wbus.workflows.history(hurry, "paused")]
     assert outcomes[:3] == ["approval-requested", "pause", "resume"] and outcomes[-1] == "expired"
-    assert len(await wbus.approvals(hurry, "paused")) == 1, "the open request is kept, not asked again"
+    assert len(await wbus.workflows.approvals(hurry, "paused")) == 1, (
+        "the open request is kept, not asked again"
+    )

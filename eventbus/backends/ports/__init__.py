@@ -33,6 +33,7 @@ from .schema import SchemaStore
 from .workflows import (
     WorkflowApprovalRequest,
     WorkflowEffect,
+    WorkflowFacts,
     WorkflowHistoryEntry,
     WorkflowStore,
     WorkflowTransition,
@@ -60,6 +61,7 @@ __all__ = [
     "Wakeups",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
+    "WorkflowFacts",
     "WorkflowHistoryEntry",
     "WorkflowStore",
     "WorkflowTransition",

@@ -21,6 +21,7 @@ from .delivery import OutgoingEvent
 __all__ = [
     "WorkflowApprovalRequest",
     "WorkflowEffect",
+    "WorkflowFacts",
     "WorkflowHistoryEntry",
     "WorkflowStore",
     "WorkflowTransition",
@@ -77,6 +78,21 @@ class WorkflowApprovalRequest(msgspec.Struct, frozen=True):
     input: bytes
     input_hash: str
     timeout_seconds: float
+
+
+class WorkflowFacts(msgspec.Struct, frozen=True):
+    """What a visit decides on, read once: the pointer and what is open for its run.
+
+    ``signals``: the instance's unconsumed signals in arrival order.
+    ``approvals``: the current run's approvals not yet used by a transition
+    (``consumed_version`` is None, whatever their status), oldest first.
+    ``effects``: every effect recorded in the current run, in the order recorded.
+    """
+
+    instance: WorkflowInstance
+    signals: tuple[WorkflowSignalRow, ...] = ()
+    approvals: tuple[WorkflowApprovalRow, ...] = ()
+    effects: tuple[WorkflowEffectRow, ...] = ()
 
 
 class WorkflowTransition(msgspec.Struct, frozen=True):
@@ -145,6 +161,18 @@ class WorkflowStore(Protocol):
 
     async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
         """As :meth:`load` for many keys of one machine in one query; absent keys are left out."""
+        ...
+
+    async def facts(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowFacts]:
+        """The :class:`WorkflowFacts` of many keys of one machine, in one read; absent keys are left out.
+
+        The pointer is read as :meth:`load` reads it (``has_signals`` tells
+        whether ``signals`` is non-empty). A backend reads the signals,
+        approvals and effects only for the instances that have some, so a
+        batch of plain visits costs one query. The parts need not share a
+        snapshot: a transition decided on them is guarded by the pointer's
+        version, and signals and approvals are consumed by guarded writes.
+        """
         ...
 
     async def commit(self, t: WorkflowTransition) -> int | None:

@@ -1,0 +1,372 @@
+"""``bus.workflows``: the machines of a bus and the operations on their instances."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+import msgspec
+
+from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
+from ..context import Context
+from ..errors import (
+    ConfigurationError,
+    DuplicateSubscription,
+    GuardMismatch,
+    UnknownApproval,
+    UnknownInstance,
+    UnknownMachine,
+)
+from ..retry import RetryPolicy
+from ..router import Subscription
+from ..types import (
+    WorkflowApprovalRow,
+    WorkflowHistoryRow,
+    WorkflowInstance,
+    WorkflowSignalRow,
+    WorkflowStatus,
+)
+from . import _decide
+from ._commits import CommitQueue
+from ._decide import LIVE, Writer
+from ._engine import Engine
+from ._machine import Machine, StartEvent
+
+__all__ = ["Instance", "WorkflowRun", "Workflows"]
+
+C = TypeVar("C")
+_STEP_RETRY = RetryPolicy(max_attempts=20, base_delay_seconds=0.5, max_delay_seconds=30.0)
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """What :meth:`Workflows.start` did: ``started`` is False when a live run was already there."""
+
+    machine: str
+    key: str
+    run_id: int
+    version: int
+    status: WorkflowStatus
+    started: bool
+
+
+@dataclass(frozen=True)
+class Instance(Generic[C]):
+    """An instance's pointer with its checkpoint decoded."""
+
+    machine: str
+    key: str
+    state: str
+    status: WorkflowStatus
+    run_id: int
+    version: int
+    visits: dict[str, int]
+    checkpoint: C
+    last_error_code: str | None
+    last_error: str | None
+    next_run_at: datetime | None
+    state_entered_at: datetime
+    updated_at: datetime
+    held_state: str | None
+
+    @classmethod
+    def of(cls, m: Machine[Any], row: WorkflowInstance) -> Instance[Any]:
+        """The pointer ``row`` of machine ``m``, its checkpoint decoded."""
+        return cls(
+            machine=row.machine,
+            key=row.key,
+            state=row.state,
+            status=row.status,
+            run_id=row.run_id,
+            version=row.version,
+            visits=row.visits,
+            checkpoint=m.decode(row.checkpoint),
+            last_error_code=row.last_error_code,
+            last_error=row.last_error,
+            next_run_at=row.next_run_at,
+            state_entered_at=row.state_entered_at,
+            updated_at=row.updated_at,
+            held_state=row.held_state,
+        )
+
+
+class SubscriptionHost(Protocol):
+    """Where a machine's step and start subscriptions go (the bus)."""
+
+    def add(self, subscription: Subscription) -> None: ...
+
+
+MachineRef = Machine[Any] | str
+"""A machine, or the name of one included in the bus."""
+
+
+def _operator(by: str) -> Writer:
+    return Writer(f"operator:{by}")
+
+
+class Workflows:
+    """The machines included in a bus (``bus.include(machine)``) and what is done with their instances.
+
+    Reached as ``bus.workflows``: ``bus.workflows.start(m, checkpoint)``,
+    ``.instance(m, key)``, ``.signal(...)``, ``.approve(...)``, ``.repoint(...)``.
+    Reads go to ``store``; a visit's transition goes through ``commits``, an
+    operator's straight to the store, guarded the same way.
+
+    :param register: records subscriptions by name in the database, so the
+        first step of a machine fans out before any worker registered it.
+    """
+
+    def __init__(
+        self,
+        store: WorkflowStore,
+        commits: CommitQueue,
+        *,
+        router: SubscriptionHost,
+        register: Callable[[Sequence[str]], Awaitable[object]],
+    ) -> None:
+        self.store = store
+        self.commits = commits
+        self.machines: dict[str, Machine[Any]] = {}
+        """The included machines, by name."""
+        self._router = router
+        self._register = register
+        self._engines: dict[str, Engine] = {}
+        self._registered: set[str] = set()
+
+    def include(self, m: Machine[Any]) -> None:
+        """Check the machine's table, then give it its step and start subscriptions."""
+        m.check()
+        if m.name in self.machines:
+            raise DuplicateSubscription(f"a machine named {m.name!r} is already included")
+        engine = Engine(m, self.store, self.commits)
+        self._router.add(
+            Subscription(
+                name=f"wf.{m.name}",
+                event_class=m.step_class,
+                handler=engine.handle,
+                retry=_STEP_RETRY,
+                lease_seconds=m.lease_seconds,
+                ordered=True,
+            )
+        )
+        self._router.add(
+            Subscription(
+                name=f"wf.{m.name}.start",
+                event_class=m.start_class,
+                handler=self._scheduled_start(m),
+                retry=_STEP_RETRY,
+            )
+        )
+        self.machines[m.name] = m
+        self._engines[m.name] = engine
+
+    def subscription_names(self) -> set[str]:
+        """The names of the subscriptions :meth:`include` added."""
+        return {f"wf.{n}" for n in self.machines} | {f"wf.{n}.start" for n in self.machines}
+
+    def _scheduled_start(self, m: Machine[Any]) -> Callable[[StartEvent, Context], Awaitable[None]]:
+        """The handler of a machine's start events (fired by schedules): start a run."""
+
+        async def start(event: StartEvent, ctx: Context) -> None:
+            await self.start(m, m.decode(event.checkpoint.encode()))
+
+        return start
+
+    def machine(self, machine: MachineRef) -> Machine[Any]:
+        """The included machine (by name or itself); :class:`UnknownMachine` if it is not included."""
+        name = machine if isinstance(machine, str) else machine.name
+        found = self.machines.get(name)
+        if found is None:
+            raise UnknownMachine(f"no machine named {name!r} is included in this bus")
+        return found
+
+    # -- starting and reading --------------------------------------------------
+
+    async def start(self, machine: MachineRef, checkpoint: Any) -> WorkflowRun:
+        """Start a run for the checkpoint's key; idempotent while a run of that key is live."""
+        m = self.machine(machine)
+        if not isinstance(checkpoint, m.checkpoint):
+            raise ConfigurationError(f"{m.name!r} takes a {m.checkpoint.__qualname__} checkpoint")
+        key = m.key(checkpoint)
+        if not isinstance(key, str) or not key or len(key) > 200:
+            raise ConfigurationError(
+                f"invalid instance key {key!r}: a non-empty string of at most 200 characters"
+            )
+        data = m.encode(checkpoint)
+        name = f"wf.{m.name}"
+        if name not in self._registered:
+            await self._register([name])  # so the first step fans out even before any worker ran
+            self._registered.add(name)
+        inst, started = await self.store.start(m.name, key, m.initial.name, data)
+        await self._engines[m.name].maybe_sweep()
+        return WorkflowRun(m.name, key, inst.run_id, inst.version, inst.status, started)
+
+    async def _load(self, m: Machine[Any], key: str) -> WorkflowInstance:
+        row = await self.store.load(m.name, key)
+        if row is None:
+            raise UnknownInstance(f"machine {m.name!r} has no instance {key!r}")
+        return row
+
+    async def _facts(self, m: Machine[Any], key: str) -> WorkflowFacts:
+        found = (await self.store.facts(m.name, [key])).get(key)
+        if found is None:
+            raise UnknownInstance(f"machine {m.name!r} has no instance {key!r}")
+        return found
+
+    async def instance(self, machine: MachineRef, key: str) -> Instance[Any]:
+        """The instance's pointer, read from the database; :class:`UnknownInstance` if absent."""
+        m = self.machine(machine)
+        return Instance.of(m, await self._load(m, key))
+
+    async def instances(
+        self, machine: MachineRef, *, status: str | None = None, state: str | None = None, limit: int = 1000
+    ) -> list[Instance[Any]]:
+        """Instances of a machine by key, optionally only those in ``status`` and ``state``."""
+        m = self.machine(machine)
+        return [Instance.of(m, r) for r in await self.store.find(m.name, status, state, limit)]
+
+    async def history(self, machine: MachineRef, key: str) -> list[WorkflowHistoryRow]:
+        """One row per visit or operator action, in order."""
+        return await self.store.history(self.machine(machine).name, key)
+
+    async def signals(
+        self, machine: MachineRef, key: str, *, open_only: bool = False
+    ) -> list[WorkflowSignalRow]:
+        """The instance's signals in arrival order (only those no visit consumed, with ``open_only``)."""
+        return await self.store.signals(self.machine(machine).name, key, open_only)
+
+    async def approvals(self, machine: MachineRef, key: str) -> list[WorkflowApprovalRow]:
+        """Every approval request of the instance, oldest first."""
+        return await self.store.approvals(self.machine(machine).name, key)
+
+    async def counts(self, machine: MachineRef) -> dict[tuple[str, str], int]:
+        """How many instances are in each (state, status)."""
+        return await self.store.counts(self.machine(machine).name)
+
+    # -- the world talks back -------------------------------------------------------
+
+    async def signal(
+        self, machine: MachineRef, key: str, name: str, payload: Any = None, *, id: str | None = None
+    ) -> bool:
+        """Send a durable signal; False when ``id`` was already used for this instance and name.
+
+        Kept until a visit reads it with ``ctx.signal(name)``; an instance
+        waiting in a state with ``wake_on=name`` is woken at once.
+        """
+        m = self.machine(machine)
+        wake = [s.name for s in m.states.values() if name in s.wake_on]
+        data = msgspec.json.encode(payload)
+        return await self.store.signal(m.name, key, name, data, id, wake)
+
+    async def approve(self, approval_id: int, *, by: str, reason: str | None = None) -> WorkflowApprovalRow:
+        """Approve a pending request (single use, before it expires); the instance runs the state."""
+        return await self._decide(approval_id, "approved", by, reason)
+
+    async def deny(self, approval_id: int, *, by: str, reason: str | None = None) -> WorkflowApprovalRow:
+        """Deny a pending request; the instance takes the approval's ``on_deny`` edge."""
+        return await self._decide(approval_id, "denied", by, reason)
+
+    async def _decide(
+        self, approval_id: int, status: str, by: str, reason: str | None
+    ) -> WorkflowApprovalRow:
+        if not by:
+            raise ConfigurationError("say who decides: by=...")
+        decided = await self.store.decide(approval_id, status, by, reason)
+        if decided is not None:
+            return decided
+        row = await self.store.approval(approval_id)
+        if row is None:
+            raise UnknownApproval(f"no approval {approval_id}")
+        state = "expired" if row.status == "pending" else row.status
+        raise GuardMismatch(f"approval {approval_id} is {state}, not pending: a decision is made once")
+
+    # -- operating ----------------------------------------------------------------
+
+    async def _commit(self, t: WorkflowTransition) -> int:
+        version = await self.store.commit(t)
+        if version is None:
+            raise GuardMismatch(f"{t.machine}/{t.key} moved on while this ran; nothing was changed")
+        return version
+
+    async def repoint(
+        self,
+        machine: MachineRef,
+        key: str,
+        *,
+        to: str,
+        reason: str,
+        by: str = "operator",
+        expect: str | None = None,
+    ) -> int:
+        """Move an instance to ``to`` (guarded by ``expect``), fencing any visit in flight; audited."""
+        m = self.machine(machine)
+        _decide.check_target(m, to)
+        facts = await self._facts(m, key)
+        return await self._commit(
+            _decide.repoint(m, facts, to=to, reason=reason, by=_operator(by), expect=expect)
+        )
+
+    async def cancel(
+        self, machine: MachineRef, key: str, *, by: str = "operator", reason: str | None = None
+    ) -> int:
+        """End a live run in ``CANCELLED`` (no compensation runs)."""
+        m = self.machine(machine)
+        facts = await self._facts(m, key)
+        return await self._commit(_decide.cancel(m, facts, by=_operator(by), reason=reason))
+
+    async def pause(
+        self, machine: MachineRef, key: str, *, by: str = "operator", reason: str | None = None
+    ) -> int:
+        """Stop running visits (a visit in flight is fenced) until :meth:`resume`."""
+        m = self.machine(machine)
+        facts = await self._facts(m, key)
+        return await self._commit(_decide.pause(m, facts, by=_operator(by), reason=reason))
+
+    async def resume(
+        self, machine: MachineRef, key: str, *, by: str = "operator", reason: str | None = None
+    ) -> int:
+        """Continue a paused instance: its current state is visited again at once."""
+        m = self.machine(machine)
+        facts = await self._facts(m, key)
+        return await self._commit(_decide.resume(m, facts, by=_operator(by), reason=reason))
+
+    async def resolve(
+        self, machine: MachineRef, key: str, *, outcome: str, by: str, reason: str | None = None
+    ) -> int:
+        """Record a human's choice for an ``uncertain`` instance and continue.
+
+        ``outcome``: ``succeeded`` (take the success edge), ``failed`` (the
+        failure edge), ``retry`` (visit the state again) or ``compensate``
+        (undo the run's effects, then ``FAILED``).
+        """
+        _decide.check_resolution(outcome)
+        m = self.machine(machine)
+        facts = await self._facts(m, key)
+        return await self._commit(_decide.resolve(m, facts, outcome=outcome, by=_operator(by), reason=reason))
+
+    async def sweep(self, machine: MachineRef | None = None, *, grace_seconds: float | None = None) -> int:
+        """Re-publish a step for instances whose tick was lost; return how many.
+
+        Also runs by itself: on the first step a process handles and then every
+        ``sweep_interval`` on the step path, and when a run starts.
+        """
+        machines = [self.machine(machine)] if machine is not None else list(self.machines.values())
+        total = 0
+        for m in machines:
+            grace = m.sweep_grace if grace_seconds is None else grace_seconds
+            total += await self.store.sweep(m.name, grace)
+        return total
+
+    async def check(self, machine: MachineRef) -> list[str]:
+        """Problems of live instances against the definition (states that no longer exist)."""
+        m = self.machine(machine)
+        problems = []
+        for (state, status), n in sorted((await self.store.counts(m.name)).items()):
+            if status in LIVE and not m.is_state(state) and state not in m.renamed:
+                problems.append(
+                    f"{n} {status} instance(s) of {m.name} are in {state}, which the table no longer has "
+                    f"(declare renamed={{{state!r}: 'NEW'}} or repoint them)"
+                )
+        return problems
