@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from eventbus import Bus
-from eventbus.backends.base import WorkflowHistoryEntry, WorkflowTransition
+from eventbus.backends.base import (
+    WorkflowApprovalRequest,
+    WorkflowEffect,
+    WorkflowHistoryEntry,
+    WorkflowTransition,
+)
 
 
 def move(key: str, expected: int, **options: object) -> WorkflowTransition:
@@ -34,12 +39,34 @@ async def test_a_batch_applies_each_guard_on_its_own(bus: Bus) -> None:
     assert not started and again.version == 2, "start is idempotent while the run is live"
 
 
-async def test_load_many_reads_the_pointers_of_several_keys(bus: Bus) -> None:
-    for key in ("x", "y"):
-        await bus.backend.workflows.start("store", key, "A", b"{}")
-    await bus.backend.workflows.signal("store", "y", "go", b"1", None, [])
-    found = await bus.backend.workflows.load_many("store", ["x", "y", "absent"])
-    assert sorted(found) == ["x", "y"]
-    assert (found["x"].has_signals, found["y"].has_signals) == (False, True)
-    single = await bus.backend.workflows.load("store", "x")
-    assert single is not None and (single.state, single.version) == (found["x"].state, found["x"].version)
+async def test_facts_read_the_pointers_with_what_is_open_for_their_runs(bus: Bus) -> None:
+    store = bus.backend.workflows
+    for key in ("x", "y", "z"):
+        await store.start("store", key, "A", b"{}")
+    for payload in (b"1", b"2"):
+        await store.signal("store", "y", "go", payload, None, [])
+    effect = WorkflowEffect("A", "store/x/1/A/1/0", "card.charged", '{"charge": "c-1"}', "refund")
+    request = WorkflowApprovalRequest("A", b'"input"', "h" * 64, 60.0)
+    assert await store.commit_many(
+        [move("x", 1, effects=(effect,)), move("z", 1, approval_request=request)]
+    ) == [
+        2,
+        2,
+    ]
+    found = await store.facts("store", ["x", "y", "z", "absent"])
+    assert sorted(found) == ["x", "y", "z"]
+    x, y, z = found["x"], found["y"], found["z"]
+    assert (x.instance.version, x.instance.state, x.instance.has_signals, y.instance.has_signals) == (
+        2, "B", False, True,
+    )  # fmt: skip
+    assert [s.payload for s in y.signals] == [b"1", b"2"] and x.signals == z.signals == ()
+    assert [(e.kind, e.compensation, e.status) for e in x.effects] == [("card.charged", "refund", "done")]
+    assert y.effects == z.effects == ()
+    assert [(a.state, a.status, a.input_hash) for a in z.approvals] == [("A", "pending", "h" * 64)]
+    assert x.approvals == y.approvals == ()
+    single = await store.load("store", "x")
+    assert single is not None and (single.state, single.version) == (x.instance.state, x.instance.version)
+    assert await store.commit(move("y", 1, consume_signals=(y.signals[0].id,))) == 2
+    assert [s.payload for s in (await store.facts("store", ["y"]))["y"].signals] == [b"2"], (
+        "a consumed signal is no longer open"
+    )

@@ -159,10 +159,6 @@ class WorkflowStore(Protocol):
         """The pointer as committed, with ``has_signals`` telling whether open signals exist."""
         ...
 
-    async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
-        """As :meth:`load` for many keys of one machine in one query; absent keys are left out."""
-        ...
-
     async def facts(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowFacts]:
         """The :class:`WorkflowFacts` of many keys of one machine, in one read; absent keys are left out.
 
