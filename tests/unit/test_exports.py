@@ -204,7 +204,7 @@ def test_names_moved_off_the_top_level_warn_once_and_resolve(
         warnings.simplefilter("error")
         assert getattr(eventbus, name) is found  # once per name
     with pytest.raises(AttributeError):
-        eventbus.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+        eventbus.NoSuchName  # noqa: B018
 
 
 def test_every_name_of_the_previous_release_still_resolves() -> None:

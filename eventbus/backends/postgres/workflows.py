@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import orjson
@@ -18,10 +18,12 @@ from ...types import (
     WorkflowSignalRow,
 )
 from .._rows import row_as, rows_as
-from ..ports import OutgoingEvent, WorkflowTransition, workflow_step
+from ..ports import OutgoingEvent, WorkflowFacts, WorkflowTransition, workflow_step
 from ._db import PgDb
 
 __all__ = ["PgWorkflows"]
+
+T = TypeVar("T")
 
 
 def instance_of(row: asyncpg.Record) -> WorkflowInstance:
@@ -58,6 +60,19 @@ def _batch_row(t: WorkflowTransition) -> list[Any]:
     return [*_move_args(t), t.step, t.step_delay]
 
 
+async def _parts(
+    conn: Any, sql: str, machine: str, rows: list[Any], flag: str, cls: type[T]
+) -> dict[str, tuple[T, ...]]:
+    """The rows of ``sql`` for the instances whose ``flag`` is set, grouped by key in order."""
+    wanted = [r for r in rows if r[flag]]
+    if not wanted:
+        return {}
+    found: dict[str, list[T]] = {}
+    for row in await conn.fetch(sql, machine, [r["key"] for r in wanted], [r["run_id"] for r in wanted]):
+        found.setdefault(row["key"], []).append(row_as(cls, row))
+    return {key: tuple(parts) for key, parts in found.items()}
+
+
 class PgWorkflows:
     """:class:`~eventbus.backends.ports.WorkflowStore` on PostgreSQL (the guarantees are there)."""
 
@@ -84,11 +99,29 @@ class PgWorkflows:
             row = await conn.fetchrow(self.q["wf_load"], machine, key)
         return None if row is None else instance_of(row)
 
-    async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
-        """As :meth:`load` for many keys of one machine, in one query."""
+    async def facts(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowFacts]:
+        """The pointers of ``keys`` with what is open for their runs (see ``WorkflowStore.facts``)."""
+        q = self.q
         async with self.db.conn() as conn:
-            rows = await conn.fetch(self.q["wf_load_many"], machine, list(keys))
-        return {r["key"]: instance_of(r) for r in rows}
+            rows = await conn.fetch(q["wf_facts"], machine, list(keys))
+            signals = await _parts(
+                conn, q["wf_facts_signals"], machine, rows, "has_signals", WorkflowSignalRow
+            )
+            approvals = await _parts(
+                conn, q["wf_facts_approvals"], machine, rows, "has_approvals", WorkflowApprovalRow
+            )
+            effects = await _parts(
+                conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow
+            )
+        return {
+            r["key"]: WorkflowFacts(
+                instance_of(r),
+                signals.get(r["key"], ()),
+                approvals.get(r["key"], ()),
+                effects.get(r["key"], ()),
+            )
+            for r in rows
+        }
 
     async def commit(self, t: WorkflowTransition) -> int | None:
         """Apply ``t`` atomically; the new version, or None when the guard refused it."""
@@ -150,7 +183,7 @@ class PgWorkflows:
 
     async def find(
         self, machine: str, status: str | None, state: str | None, limit: int
-    ) -> list[WorkflowInstance]:
+    ) -> builtins.list[WorkflowInstance]:
         """Instances of a machine by key, optionally filtered by status and state."""
         async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_list"], machine, status, state, limit)

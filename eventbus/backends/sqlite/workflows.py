@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -22,7 +22,7 @@ from ...types import (
     WorkflowSignalRow,
 )
 from .._rows import row_as, rows_as
-from ..base import OutgoingEvent, WorkflowTransition, workflow_step
+from ..base import OutgoingEvent, WorkflowFacts, WorkflowTransition, workflow_step
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import publish
@@ -30,6 +30,7 @@ from ._units import publish
 __all__ = ["SQLiteWorkflows"]
 
 Row = sqlite3.Row
+T = TypeVar("T")
 
 
 class SQLiteWorkflows:
@@ -49,9 +50,10 @@ class SQLiteWorkflows:
         found = await self._db.fetch("wf_load", {"machine": machine, "key": key})
         return instance_of(found[0]) if found else None
 
-    async def load_many(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowInstance]:
+    async def facts(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowFacts]:
         params = {"machine": machine, "keys": orjson.dumps(list(keys)).decode()}
-        return {r["key"]: instance_of(r) for r in await self._db.fetch("wf_load_many", params)}
+        q = self._db.q
+        return await self._db.read(lambda conn: read_facts(conn, q, params))
 
     async def commit(self, t: WorkflowTransition) -> int | None:
         return (await self.commit_many([t]))[0]
@@ -121,6 +123,34 @@ class SQLiteWorkflows:
 
 def instance_of(row: Row) -> WorkflowInstance:
     return row_as(WorkflowInstance, row, json=("visits",))
+
+
+def read_facts(conn: sqlite3.Connection, q: Queries, params: dict[str, Any]) -> dict[str, WorkflowFacts]:
+    """The pointers with what is open for their runs; each part read only for the instances that have some."""
+    rows = conn.execute(q["wf_facts"], params).fetchall()
+    machine = params["machine"]
+    signals = _parts(conn, q["wf_facts_signals"], machine, rows, "has_signals", WorkflowSignalRow)
+    approvals = _parts(conn, q["wf_facts_approvals"], machine, rows, "has_approvals", WorkflowApprovalRow)
+    effects = _parts(conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow)
+    return {
+        r["key"]: WorkflowFacts(
+            instance_of(r), signals.get(r["key"], ()), approvals.get(r["key"], ()), effects.get(r["key"], ())
+        )
+        for r in rows
+    }
+
+
+def _parts(
+    conn: sqlite3.Connection, sql: str, machine: str, rows: list[Row], flag: str, cls: type[T]
+) -> dict[str, tuple[T, ...]]:
+    """The rows of ``sql`` for the instances whose ``flag`` is set, grouped by key in order."""
+    wanted = [[r["key"], r["run_id"]] for r in rows if r[flag]]
+    if not wanted:
+        return {}
+    found: dict[str, list[T]] = {}
+    for row in conn.execute(sql, {"machine": machine, "runs": orjson.dumps(wanted).decode()}).fetchall():
+        found.setdefault(row["key"], []).append(row_as(cls, row))
+    return {key: tuple(parts) for key, parts in found.items()}
 
 
 # -- units of work (on the writer's thread, under the write lock) ---------------------

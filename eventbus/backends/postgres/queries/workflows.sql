@@ -10,13 +10,43 @@ SELECT i.*, now() AS now,
            AS has_signals
 FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = $2;
 
--- name: wf_load_many
--- wf_load for the visits starting together (one round trip for the batch).
+-- name: wf_facts
+-- What the visits starting together decide on, in one round trip: each
+-- pointer with the database clock, and whether its instance has open signals,
+-- approvals of this run not yet used, or effects of this run (the three reads
+-- after this one run only for the instances that have some).
 SELECT i.*, now() AS now,
        EXISTS (SELECT 1 FROM {schema}.wf_signals s
                WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
-           AS has_signals
+           AS has_signals,
+       EXISTS (SELECT 1 FROM {schema}.wf_approvals a
+               WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
+                 AND a.consumed_version IS NULL) AS has_approvals,
+       EXISTS (SELECT 1 FROM {schema}.wf_effects e
+               WHERE e.machine = i.machine AND e.key = i.key AND e.run_id = i.run_id) AS has_effects
 FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = ANY($2::text[]);
+
+-- name: wf_facts_signals
+-- The open signals of instances (keys with their run ids), by key in arrival order.
+SELECT s.key, s.id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
+FROM {schema}.wf_signals s JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON s.key = t.key
+WHERE s.machine = $1 AND s.consumed_version IS NULL
+ORDER BY s.key, s.id;
+
+-- name: wf_facts_approvals
+-- The approvals of these runs no transition used yet, by key, oldest first.
+SELECT a.* FROM {schema}.wf_approvals a
+JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON a.key = t.key AND a.run_id = t.run_id
+WHERE a.machine = $1 AND a.consumed_version IS NULL
+ORDER BY a.key, a.id;
+
+-- name: wf_facts_effects
+-- The effects recorded in these runs, by key, in the order they were recorded.
+SELECT e.key, e.id, e.run_id, e.state, e.op_key, e.kind, e.ref, e.compensation, e.status
+FROM {schema}.wf_effects e
+JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON e.key = t.key AND e.run_id = t.run_id
+WHERE e.machine = $1
+ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is

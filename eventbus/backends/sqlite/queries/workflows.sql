@@ -10,14 +10,46 @@ SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
            AS has_signals
 FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
 
--- name: wf_load_many
--- wf_load for the visits starting together (one read for the batch).
+-- name: wf_facts
+-- What the visits starting together decide on, in one read: each pointer with
+-- the database clock, and whether its instance has open signals, approvals of
+-- this run not yet used, or effects of this run (the reads after this one run
+-- only for the instances that have some).
 SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
        EXISTS (SELECT 1 FROM wf_signals s
                WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
-           AS has_signals
+           AS has_signals,
+       EXISTS (SELECT 1 FROM wf_approvals a
+               WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
+                 AND a.consumed_version IS NULL) AS has_approvals,
+       EXISTS (SELECT 1 FROM wf_effects e
+               WHERE e.machine = i.machine AND e.key = i.key AND e.run_id = i.run_id) AS has_effects
 FROM wf_instances i
 WHERE i.machine = :machine AND i.key IN (SELECT value FROM json_each(:keys));
+
+-- name: wf_facts_signals
+-- The open signals of instances (:runs is a JSON list of [key, run_id]), by key in arrival order.
+SELECT s.key, s.id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
+FROM json_each(:runs) r
+JOIN wf_signals s ON s.machine = :machine AND s.key = json_extract(r.value, '$[0]')
+WHERE s.consumed_version IS NULL
+ORDER BY s.key, s.id;
+
+-- name: wf_facts_approvals
+-- The approvals of these runs no transition used yet, by key, oldest first.
+SELECT a.* FROM json_each(:runs) r
+JOIN wf_approvals a ON a.machine = :machine AND a.key = json_extract(r.value, '$[0]')
+                   AND a.run_id = json_extract(r.value, '$[1]')
+WHERE a.consumed_version IS NULL
+ORDER BY a.key, a.id;
+
+-- name: wf_facts_effects
+-- The effects recorded in these runs, by key, in the order they were recorded.
+SELECT e.key, e.id, e.run_id, e.state, e.op_key, e.kind, e.ref, e.compensation, e.status
+FROM json_each(:runs) r
+JOIN wf_effects e ON e.machine = :machine AND e.key = json_extract(r.value, '$[0]')
+                 AND e.run_id = json_extract(r.value, '$[1]')
+ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
