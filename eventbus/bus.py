@@ -302,7 +302,7 @@ class Bus(Router):
             if self.coalescer is not None and len(batch) == 1:  # may share a commit with others
                 return [await self.coalescer.publish(batch[0])]
             return await self.backend.deliveries.publish(batch)
-        publish_in = getattr(self.backend, "publish_in", None)
+        publish_in = getattr(self.backend.deliveries, "publish_in", None)
         if publish_in is None:
             raise ConfigurationError(
                 "publish(connection=...) joins a caller's PostgreSQL transaction; the "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from eventbus import Context, DeliveryFilter, RetryPolicy
+from eventbus import Context, RetryPolicy
+from eventbus.types import DeliveryFilter
 
 from ..support.helpers import OrderPlaced, drain
 
