@@ -19,10 +19,8 @@ from typing import Any
 import anyio
 import asyncpg
 
-from eventbus import Context, Envelope, Worker
-from eventbus.cli.bench import BenchEvent, drain_throughput, scratch_bus
-
-SCHEMA = "eventbus_bench"
+from eventbus import Bus, Context, Envelope, Worker
+from eventbus.testing import BenchEvent, drain_throughput, temporary_bus
 
 
 async def held_xmin(dsn: str, n: int) -> dict[str, Any]:
@@ -37,19 +35,40 @@ async def held_xmin(dsn: str, n: int) -> dict[str, Any]:
         await tx.rollback()
     finally:
         await holder.close()
-    ratio = held["deliveries_per_second"] / clean["deliveries_per_second"]
+    ratio = held.deliveries_per_second / clean.deliveries_per_second
     return {
         "scenario": "held_xmin",
         "n": n,
-        "clean": clean["deliveries_per_second"],
-        "held": held["deliveries_per_second"],
+        "clean": clean.deliveries_per_second,
+        "held": held.deliveries_per_second,
         "ratio": ratio,
     }
 
 
 async def steady_pickup(dsn: str, rate: int, seconds: float) -> dict[str, Any]:
     """A producer at `rate` events/s (ticks of 10 ms); latency commit -> handler start."""
-    bus = await scratch_bus(dsn, SCHEMA)
+    async with temporary_bus(dsn, max_pool_size=8) as bus:
+        latencies, sent, achieved = await _pickup(bus, rate, seconds)
+    ms = sorted(x * 1000 for x in latencies)
+
+    def pct(p: float) -> float:
+        return ms[min(len(ms) - 1, int(len(ms) * p))]
+
+    return {
+        "scenario": "steady_pickup",
+        "rate": rate,
+        "achieved_rate": achieved,
+        "handled": len(ms),
+        "sent": sent,
+        "unit": "ms",
+        "p50": pct(0.50),
+        "p95": pct(0.95),
+        "p99": pct(0.99),
+    }
+
+
+async def _pickup(bus: Bus, rate: int, seconds: float) -> tuple[list[float], int, float]:
+    """Publish at ``rate`` for ``seconds`` with a worker running: latencies, events sent, rate achieved."""
     sent: dict[int, float] = {}
     latencies: list[float] = []
     all_handled = anyio.Event()
@@ -62,39 +81,21 @@ async def steady_pickup(dsn: str, rate: int, seconds: float) -> dict[str, Any]:
             all_handled.set()
 
     worker = Worker(bus, concurrency=200, batch_size=100)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
-            await anyio.sleep(1.0)
-            start = time.perf_counter()
-            for tick in range(ticks):
-                await anyio.sleep(max(0.0, start + tick / 100 - time.perf_counter()))
-                batch = range(tick * per_tick, (tick + 1) * per_tick)
-                await bus.publish_many(Envelope(BenchEvent(n=i)) for i in batch)
-                now = time.perf_counter()
-                sent.update((i, now) for i in batch)
-            achieved = ticks * per_tick / (time.perf_counter() - start)
-            with anyio.move_on_after(10):
-                await all_handled.wait()
-            worker.stop()
-    finally:
-        await bus.aclose()
-    ms = sorted(x * 1000 for x in latencies)
-
-    def pct(p: float) -> float:
-        return ms[min(len(ms) - 1, int(len(ms) * p))]
-
-    return {
-        "scenario": "steady_pickup",
-        "rate": rate,
-        "achieved_rate": achieved,
-        "handled": len(ms),
-        "sent": ticks * per_tick,
-        "unit": "ms",
-        "p50": pct(0.50),
-        "p95": pct(0.95),
-        "p99": pct(0.99),
-    }
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(1.0)
+        start = time.perf_counter()
+        for tick in range(ticks):
+            await anyio.sleep(max(0.0, start + tick / 100 - time.perf_counter()))
+            batch = range(tick * per_tick, (tick + 1) * per_tick)
+            await bus.publish_many(Envelope(BenchEvent(n=i)) for i in batch)
+            now = time.perf_counter()
+            sent.update((i, now) for i in batch)
+        achieved = ticks * per_tick / (time.perf_counter() - start)
+        with anyio.move_on_after(10):
+            await all_handled.wait()
+        worker.stop()
+    return latencies, ticks * per_tick, achieved
 
 
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -15,15 +15,16 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 
 import anyio
+import anyio.to_thread
 
 from eventbus import Bus, Context, Envelope
-from eventbus.cli.bench import BenchEvent, scratch_bus
+from eventbus.testing import BenchEvent, temporary_bus
 
-SCHEMA = "eventbus_bench"
-
-bus = Bus(schema=SCHEMA) if os.environ.get("EVENTBUS_DSN") else None
+# The worker processes' bus: the scratch schema comes in EVENTBUS_SCHEMA.
+bus = Bus() if os.environ.get("EVENTBUS_DSN") else None
 
 
 if bus is not None:
@@ -33,9 +34,10 @@ if bus is not None:
         pass
 
 
-async def prepare(dsn: str, n: int) -> None:
-    scratch = await scratch_bus(dsn, SCHEMA)
-    try:
+async def timed_run(args: argparse.Namespace, n: int) -> float:
+    """Publish ``n`` events on a fresh schema, then drain them with the worker processes; seconds."""
+    schema = f"eventbus_bench_{uuid.uuid4().hex[:12]}"
+    async with temporary_bus(args.dsn, schema=schema, max_pool_size=8) as scratch:
 
         @scratch.subscribe(BenchEvent, name="bench-0")
         async def handle(event: BenchEvent, ctx: Context) -> None:
@@ -44,12 +46,13 @@ async def prepare(dsn: str, n: int) -> None:
         await scratch.register()
         for start in range(0, n, 1000):
             await scratch.publish_many(Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + 1000)))
-    finally:
-        await scratch.aclose()
+        return await anyio.to_thread.run_sync(
+            drain, args.dsn, schema, args.processes, args.concurrency, args.batch_size
+        )
 
 
-def drain(dsn: str, processes: int, concurrency: int, batch: int) -> float:
-    env = dict(os.environ, EVENTBUS_DSN=dsn, EVENTBUS_SCHEMA=SCHEMA)
+def drain(dsn: str, schema: str, processes: int, concurrency: int, batch: int) -> float:
+    env = dict(os.environ, EVENTBUS_DSN=dsn, EVENTBUS_SCHEMA=schema)
     cmd = [
         sys.executable,
         "-m",
@@ -69,6 +72,16 @@ def drain(dsn: str, processes: int, concurrency: int, batch: int) -> float:
     return time.perf_counter() - t0
 
 
+async def measure(args: argparse.Namespace) -> None:
+    startup = await timed_run(args, 0)
+    rates = [args.n / await timed_run(args, args.n) for _ in range(args.runs)]
+    print(
+        f"{args.processes} processes: median {statistics.median(rates):,.0f} events/s "
+        f"(runs {[round(r) for r in rates]}; start-up and exit on an empty queue "
+        f"{startup:.2f}s, included)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
@@ -77,19 +90,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    startup = []
-    anyio.run(prepare, args.dsn, 0)
-    startup.append(drain(args.dsn, args.processes, args.concurrency, args.batch_size))
-    rates = []
-    for _ in range(args.runs):
-        anyio.run(prepare, args.dsn, args.n)
-        rates.append(args.n / drain(args.dsn, args.processes, args.concurrency, args.batch_size))
-    print(
-        f"{args.processes} processes: median {statistics.median(rates):,.0f} events/s "
-        f"(runs {[round(r) for r in rates]}; start-up and exit on an empty queue "
-        f"{startup[0]:.2f}s, included)"
-    )
+    anyio.run(measure, parser.parse_args())
 
 
 if __name__ == "__main__":

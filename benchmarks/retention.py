@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from eventbus import Bus, Context, Envelope, Retention, Worker
-from eventbus.cli.bench import BenchEvent, scratch_bus
+from eventbus.testing import BenchEvent, temporary_bus
 
 
 async def _size(bus: Bus) -> int:
@@ -60,7 +60,16 @@ async def _rows(bus: Bus) -> int:
 async def run_mode(
     dsn: str, prune: bool, rounds: int, per_round: int, pause: float, interval: float, vacuum_every: int
 ) -> dict[str, Any]:
-    bus = await scratch_bus(dsn)
+    """One mode (keep every row, or prune) on a scratch schema or file."""
+    pool: dict[str, Any] = {} if dsn.startswith("sqlite:") else {"max_pool_size": 8}
+    async with temporary_bus(dsn, **pool) as bus:
+        return await _rounds(bus, prune, rounds, per_round, pause, interval, vacuum_every)
+
+
+async def _rounds(
+    bus: Bus, prune: bool, rounds: int, per_round: int, pause: float, interval: float, vacuum_every: int
+) -> dict[str, Any]:
+    """Publish ``rounds`` of ``per_round`` events to a running worker, measuring after each."""
     if prune:
         bus.retention = Retention(
             completed_retention=timedelta(0), interval=timedelta(seconds=interval), batch_size=1000
@@ -76,34 +85,30 @@ async def run_mode(
     sizes: list[int] = []
     rows: list[int] = []
     busy = 0.0
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(worker.run)
-            await anyio.sleep(0.5)
-            for r in range(rounds):
-                started = time.perf_counter()
-                for start in range(0, per_round, 1000):
-                    await bus.publish_many(
-                        [Envelope(BenchEvent(n=r * per_round + start + i)) for i in range(1000)]
-                    )
-                while worker.processed < (r + 1) * per_round:  # noqa: ASYNC110 (a benchmark's poll)
-                    await anyio.sleep(0.01)
-                busy += time.perf_counter() - started
-                if vacuum_every and (r + 1) % vacuum_every == 0:
-                    await _vacuum(bus)
-                sizes.append(await _size(bus))
-                rows.append(await _rows(bus))
-                await anyio.sleep(pause)
-            worker.stop()
-        return {
-            "mode": "prune" if prune else "keep",
-            "deliveries_per_second": rounds * per_round / busy,
-            "size_after_round_bytes": sizes,
-            "deliveries_after_round": rows,
-        }
-    finally:
-        await bus.backend.schema.drop()
-        await bus.aclose()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.5)
+        for r in range(rounds):
+            started = time.perf_counter()
+            for start in range(0, per_round, 1000):
+                await bus.publish_many(
+                    [Envelope(BenchEvent(n=r * per_round + start + i)) for i in range(1000)]
+                )
+            while worker.processed < (r + 1) * per_round:  # noqa: ASYNC110 (a benchmark's poll)
+                await anyio.sleep(0.01)
+            busy += time.perf_counter() - started
+            if vacuum_every and (r + 1) % vacuum_every == 0:
+                await _vacuum(bus)
+            sizes.append(await _size(bus))
+            rows.append(await _rows(bus))
+            await anyio.sleep(pause)
+        worker.stop()
+    return {
+        "mode": "prune" if prune else "keep",
+        "deliveries_per_second": rounds * per_round / busy,
+        "size_after_round_bytes": sizes,
+        "deliveries_after_round": rows,
+    }
 
 
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ import anyio
 from eventbus import Bus, Event
 from eventbus.schedules import EPOCH
 from eventbus.testing import temporary_bus
-from eventbus.worker._schedules import run_schedules
+from eventbus.worker._upkeep import ScheduleTicks
 
 
 class Due(Event, event_type="bench.due"):
@@ -78,7 +78,7 @@ async def steady(dsn: str | None, n: int, seconds: float, period: float = 60.0) 
 
         bus.backend.schedules.tick = timed  # type: ignore[method-assign]
         deadline = time.monotonic() + seconds
-        await run_schedules(bus, lambda: time.monotonic() > deadline)
+        await ScheduleTicks(bus).run(lambda: time.monotonic() > deadline)
         delays = []
         for name in planner.names():
             for o in await bus.schedules.occurrences(name, 100):

@@ -34,7 +34,7 @@ from typing import Any
 import anyio
 
 from eventbus import Bus, Context, Envelope, Worker
-from eventbus.cli.bench import BenchEvent
+from eventbus.testing import BenchEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTBUS = str(Path(sys.executable).parent / "eventbus")

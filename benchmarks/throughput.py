@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 
-from eventbus.cli.bench import drain_throughput
+from eventbus.testing import drain_throughput
 
 
 def _summary(rates: list[float]) -> dict[str, Any]:
@@ -43,7 +43,7 @@ async def drain(
                 handler_sleep_seconds=sleep,
                 ordering_keys=ordering_keys,
             )
-            rates.append(r["deliveries_per_second"])
+            rates.append(r.deliveries_per_second)
         out.append(
             {
                 "scenario": ("ordered_" if ordering_keys else "") + ("drain_1ms" if sleep else "drain_noop"),

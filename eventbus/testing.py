@@ -2,7 +2,9 @@
 
 A temporary bus lives in a fresh SQLite file (or a fresh PostgreSQL schema)
 and is deleted afterwards; :func:`drain` runs handlers until nothing is left
-to run. The bus's own tests and benchmarks use the same helpers::
+to run; :func:`drain_throughput` times a drain of a published backlog (what
+``eventbus bench`` reports). The bus's own tests and benchmarks use the same
+helpers::
 
     from eventbus.testing import drain, temporary_bus
 
@@ -26,11 +28,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from .bus import Bus
+from .bus import Bus, Envelope
+from .context import Context
+from .event import Event
 from .router import Router
 from .worker import Worker
 
-__all__ = ["Drained", "drain", "temporary_bus"]
+__all__ = ["BenchEvent", "Drained", "Throughput", "drain", "drain_throughput", "temporary_bus"]
 
 
 class Drained(msgspec.Struct, frozen=True):
@@ -85,8 +89,10 @@ async def drain(
         worker = Worker(bus, burst=True, **worker_options)
         await worker.run()
         processed, rounds = processed + worker.processed, rounds + 1
+        if not wait_for_scheduled:
+            return Drained(processed=processed, rounds=rounds)
         delay = await _next_due_in(bus, worker_options.get("subscriptions"))
-        if not wait_for_scheduled or delay is None:
+        if delay is None:
             return Drained(processed=processed, rounds=rounds)
         if time.monotonic() + delay > deadline:
             raise TimeoutError(f"deliveries are still scheduled {delay:.1f}s from now after {timeout}s")
@@ -98,3 +104,89 @@ async def _next_due_in(bus: Bus, names: list[str] | None) -> float | None:
     ids = await bus.register(names)
     delays = [d for i in ids.values() if (d := await bus.backend.deliveries.next_run_in(i)) is not None]
     return min(delays, default=None)
+
+
+class BenchEvent(Event, event_type="bench.tick"):
+    """The event benchmarks publish: a number and an optional body."""
+
+    n: int
+    body: str = ""
+
+
+class Throughput(msgspec.Struct, frozen=True):
+    """What a :func:`drain_throughput` run measured, with its settings."""
+
+    backend: str
+    n: int
+    subscriptions: int
+    concurrency: int
+    batch_size: int
+    handler_sleep_seconds: float
+    ordering_keys: int
+    publish_per_second: float
+    """Events published per second, in batches of ``publish_batch``."""
+    deliveries_per_second: float
+    """Deliveries drained per second by one burst worker."""
+
+
+async def drain_throughput(
+    dsn: str | None,
+    n: int = 20_000,
+    *,
+    concurrency: int = 200,
+    batch_size: int = 100,
+    subscriptions: int = 1,
+    handler_sleep_seconds: float = 0.0,
+    publish_batch: int = 1000,
+    ordering_keys: int = 0,
+) -> Throughput:
+    """Publish ``n`` :class:`BenchEvent` on a :func:`temporary_bus`, then time one :func:`drain` of them.
+
+    ``subscriptions`` handlers (each sleeping ``handler_sleep_seconds``) take
+    every event. With ``ordering_keys``, the subscriptions are ordered and
+    event ``i`` has ordering key ``i % ordering_keys`` (each key's events
+    spread over the log). Planner statistics are refreshed before the drain,
+    as autovacuum would in steady state.
+    """
+    pool: dict[str, Any] = {} if dsn is None or dsn.startswith("sqlite:") else {"max_pool_size": 8}
+    async with temporary_bus(dsn, **pool) as bus:
+        _subscribe_bench(bus, subscriptions, handler_sleep_seconds, ordered=ordering_keys > 0)
+        await bus.register()  # subscriptions exist before publishing: no backfill
+        published = await _publish_bench(bus, n, publish_batch, ordering_keys)
+        await bus.backend.schema.analyze()
+        started = time.perf_counter()
+        await drain(bus, wait_for_scheduled=False, concurrency=concurrency, batch_size=batch_size)
+        drained = time.perf_counter() - started
+        return Throughput(
+            backend=bus.backend.kind,
+            n=n,
+            subscriptions=subscriptions,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            handler_sleep_seconds=handler_sleep_seconds,
+            ordering_keys=ordering_keys,
+            publish_per_second=n / published,
+            deliveries_per_second=n * subscriptions / drained,
+        )
+
+
+def _subscribe_bench(bus: Bus, count: int, sleep_seconds: float, *, ordered: bool) -> None:
+    """``count`` subscriptions to :class:`BenchEvent` named ``bench-0`` and on."""
+
+    async def handler(event: BenchEvent, ctx: Context) -> None:
+        if sleep_seconds:
+            await anyio.sleep(sleep_seconds)
+
+    for i in range(count):
+        bus.subscribe(BenchEvent, name=f"bench-{i}", ordered=ordered)(handler)
+
+
+async def _publish_bench(bus: Bus, n: int, batch: int, ordering_keys: int) -> float:
+    """Publish ``n`` :class:`BenchEvent` in batches; the seconds it took."""
+    started = time.perf_counter()
+    for start in range(0, n, batch):
+        await bus.publish_many(
+            Envelope(BenchEvent(n=i), ordering_key=f"k{i % ordering_keys}" if ordering_keys else None)
+            for i in range(start, min(n, start + batch))
+        )
+    return time.perf_counter() - started

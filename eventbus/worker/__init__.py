@@ -1,33 +1,30 @@
 """The worker: claim deliveries, run handlers, write results.
 
-One anyio task group per worker. The claim loop (here) takes batches per
-subscription while there is capacity and feeds ``concurrency`` long-lived
-runners through a dispatch queue (``_queue``); each runner executes one
-delivery at a time outside any transaction (``_execute``, where the
-observability hooks wrap the handler); one writer batches the results
+One anyio task group per worker. The claim loop (``_claims``) takes batches
+per subscription while there is capacity and feeds ``concurrency``
+long-lived runners through a dispatch queue (``_queue``); each runner
+executes one delivery at a time outside any transaction (``_execute``, where
+the observability hooks wrap the handler); one writer batches the results
 (``_results``): completions with their follow-up events in one transaction,
-fenced by the lease token. Beside them run the LISTEN connection, the lease
-heartbeat, expired-lease recovery, schedule ticks (``_schedules``) and
-retention (``_retention``); ``_inflight`` is the one registry of claimed runs.
+fenced by the lease token. Beside them run the LISTEN connection and the
+upkeep services (``_upkeep``): lease renewal, expired-lease recovery,
+liveness, schedule ticks and retention. ``_inflight`` is the one registry of
+claimed runs.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
-from ..backends._spacing import Spaced
-from ..backends._wakeup import SWEEP
-from ..backends.base import ClaimedDelivery, Completion, DeliveryStore, Failure, LeaseKey, Wakeups
+from ..backends.base import ClaimedDelivery, Completion, DeliveryStore, Failure, Wakeups
 from ..errors import (
     BackendError,
     ConfigurationError,
@@ -36,14 +33,11 @@ from ..errors import (
 )
 from ..observe import DeliveryTracker
 from ..router import Subscription
-from ..types import DeliveryId
+from ._claims import ClaimLoop
 from ._execute import Executor
-from ._inflight import InFlight
-from ._queue import DispatchQueue
 from ._results import ResultWriter
-from ._retention import run_retention
-from ._schedules import run_schedules
 from ._shield import Shield
+from ._upkeep import report_alive, upkeep_services
 
 if TYPE_CHECKING:
     from ..bus import Bus
@@ -51,30 +45,6 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 log = logging.getLogger("eventbus.worker")
-
-
-# A claim from the start of the pending index (a "full" claim) finds rows that
-# became pending behind the cursor. Full claims are spaced by their cost
-# (backends/_spacing.py): at least every second, and after a short cursor
-# claim while they cost a few milliseconds; as rarely as their cost demands
-# while a held xmin horizon keeps dead entries in the index.
-FULL_SCAN_EVERY = 1.0
-
-
-@dataclass
-class _Active:
-    """A subscription this worker serves, with its database id and claim cursor."""
-
-    sub: Subscription
-    id: int
-    cursor: Any = None
-    # due: a full claim instead of a cursor claim; allowed: a short cursor claim is topped up
-    full_scan: Spaced = field(default_factory=lambda: Spaced(FULL_SCAN_EVERY))
-    look_behind: bool = False  # a short cursor claim put its full claim off
-
-    def full_scan_ran(self, started: float, ended: float) -> None:
-        self.look_behind = False
-        self.full_scan.ran(started, ended)
 
 
 def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
@@ -142,23 +112,32 @@ class Worker:
         self.recovery_interval_seconds = recovery_interval_seconds
         self.names = list(subscriptions) if subscriptions else None
         self.id = str(uuid.uuid4())
-        self._active: dict[int, _Active] = {}
-        self._by_type: dict[str, list[int]] = {}
-        self._in_flight = InFlight()
-        self._running = 0
-        self._shield = Shield()
-        self._results = ResultWriter(
-            self.deliveries, self.wakeups, self._forget, self._unstorable, self._shield
-        )
-        self._tracker = self._results.tracker = DeliveryTracker(bus.hooks, self.id)
-        self._executor = Executor(bus, self.id, self._tracker)
-        self._slot_freed = anyio.Event()
         self._stopping = False
         self._grace_over = False  # running handlers outlived the grace period
         self._loop_scope: anyio.CancelScope | None = None
         self._handler_scope: anyio.CancelScope | None = None
-        self._wake_at = math.inf
-        self._queue: DispatchQueue[tuple[Subscription, ClaimedDelivery]] = DispatchQueue()
+        self._shield = Shield()
+        self._tracker = DeliveryTracker(bus.hooks, self.id)
+        self._claims = self._claim_loop()
+        self._results = ResultWriter(
+            self.deliveries, self.wakeups, self._claims.forget, self._unstorable, self._shield
+        )
+        self._results.tracker = self._tracker
+        self._executor = Executor(bus, self.id, self._tracker)
+
+    def _claim_loop(self) -> ClaimLoop:
+        return ClaimLoop(
+            self.deliveries,
+            self.wakeups,
+            worker_id=self.id,
+            concurrency=self.concurrency,
+            batch_size=self.batch_size,
+            poll_interval_seconds=self.poll_interval_seconds,
+            burst=self.burst,
+            shield=self._shield,
+            tracker=self._tracker,
+            stopping=lambda: self._stopping,
+        )
 
     @property
     def processed(self) -> int:
@@ -189,165 +168,40 @@ class Worker:
         await self._register()
         async with anyio.create_task_group() as services:
             if not self.burst:
-                services.start_soon(self._listen)
-                services.start_soon(self._housekeeping)
-                services.start_soon(run_schedules, self.bus, lambda: self._stopping)
-                services.start_soon(run_retention, self.bus)
-            services.start_soon(self._results.run)
-            services.start_soon(self._heartbeat)
-            async with anyio.create_task_group() as handlers:
-                self._handler_scope = handlers.cancel_scope
-                for _ in range(self.concurrency):
-                    handlers.start_soon(self._runner)
-                with anyio.CancelScope() as self._loop_scope:
-                    if self._stopping:
-                        self._loop_scope.cancel()
-                    await self._claim_loop()
-                with self._shield():
-                    await self._release_unstarted()
-                finished = await self._wait_for_handlers(self.grace_seconds)
-                self._grace_over = not finished and not self._shield.aborted
-                handlers.cancel_scope.cancel()
+                services.start_soon(self.wakeups.run, name="wake-up listener")
+            for service in upkeep_services(self.bus, self):
+                services.start_soon(service.run, lambda: self._stopping, name=service.name)
+            services.start_soon(self._results.run, name="result writer")
+            await self._serve()
             with self._shield():
                 await self._results.flush_all()
                 if not self.burst:
-                    await self._beat(gone=True)
+                    await report_alive(self, gone=True)
             self._shield.abort(0)  # nothing else is worth waiting for
             services.cancel_scope.cancel()
+
+    async def _serve(self) -> None:
+        """Claim and run until stopped; hand back what did not start; give the rest the grace period."""
+        async with anyio.create_task_group() as handlers:
+            self._handler_scope = handlers.cancel_scope
+            for _ in range(self.concurrency):
+                handlers.start_soon(self._runner)
+            with anyio.CancelScope() as self._loop_scope:
+                if self._stopping:
+                    self._loop_scope.cancel()
+                await self._claims.run()
+            with self._shield():
+                await self._claims.release_unstarted()
+            finished = await self._wait_for_handlers(self.grace_seconds)
+            self._grace_over = not finished and not self._shield.aborted
+            handlers.cancel_scope.cancel()
 
     async def _register(self) -> None:
         subs = [s for s in self.bus.subscriptions.values() if self.names is None or s.name in self.names]
         ids = await self.bus.register([s.name for s in subs], served=True)
-        for sub in subs:
-            active = _Active(sub, ids[sub.name])
-            self._active[active.id] = active
-            self._by_type.setdefault(sub.event_type, []).append(active.id)
+        self._claims.serve(subs, ids)
 
-    # -- claiming --------------------------------------------------------------
-
-    async def _claim_loop(self) -> None:
-        dirty: set[int] | None = set(self._active)
-        failures = 0
-        while dirty is not None and not self._stopping:
-            try:
-                dirty = await self._step(dirty)
-                failures = 0
-            except BackendError as exc:
-                failures += 1
-                log.warning("claiming failed (%s); retrying", exc)
-                await anyio.sleep(min(5.0, 0.05 * 2**failures))
-                dirty = set(self._active)
-
-    async def _step(self, dirty: set[int]) -> set[int] | None:
-        """One turn of the claim loop; None when a burst run is done."""
-        if dirty:
-            return await self._claim_round(dirty)
-        if not self.burst:
-            return await self._wait_for_work()
-        await self._settle()
-        await self.deliveries.recover_expired()
-        for active in self._active.values():  # the last round looks behind every cursor
-            active.full_scan.due_at = -math.inf
-        dirty = await self._claim_round(set(self._active))
-        if not dirty and self._running == 0 and not self._in_flight:
-            return None
-        return dirty
-
-    async def _claim_round(self, dirty: set[int]) -> set[int]:
-        """Claim one batch per subscription; return those that may have more."""
-        still: set[int] = set()
-        for sub_id in sorted(dirty):
-            free = await self._wait_for_capacity()
-            if self._stopping:  # checked before every claim: a backlog never postpones a stop
-                break
-            active = self._active[sub_id]
-            limit = min(self.batch_size, free)
-            with self._shield():  # a claim is never lost to a graceful stop
-                batch = await self._claim(active, limit)
-            self._start(active, batch)
-            if len(batch) == limit:
-                still.add(sub_id)
-            elif not self.burst:
-                await self._note_next_run(sub_id)
-        return still
-
-    async def _claim(self, active: _Active, limit: int) -> list[ClaimedDelivery]:
-        """Claim from the cursor, topped up by a claim from the start when that is due.
-
-        The cursor (the last row claimed) saves walking index entries of rows
-        already taken. A claim from the start finds what became pending behind
-        it (a publish that committed late, a recovered lease); how often one is
-        made follows its cost (see ``FULL_SCAN_SHARE``).
-        """
-        sub = active.sub
-        started = time.monotonic()
-        after = active.cursor if started < active.full_scan.due_at else None
-        batch = await self.deliveries.claim(
-            active.id, limit, sub.lease_seconds, self.id, sub.ordered, after=after
-        )
-        if after is None:
-            active.full_scan_ran(started, time.monotonic())
-        elif len(batch) < limit and started >= active.full_scan.allowed_at:
-            full_started = time.monotonic()
-            batch += await self.deliveries.claim(
-                active.id, limit - len(batch), sub.lease_seconds, self.id, sub.ordered
-            )
-            active.full_scan_ran(full_started, time.monotonic())
-        elif len(batch) < limit:
-            active.look_behind = True
-        self._tracker.claimed(sub.name, batch, time.monotonic() - started)
-        if batch and batch[-1].position is not None and not sub.ordered:
-            active.cursor = max(batch[-1].position, active.cursor or batch[-1].position)
-        return batch
-
-    async def _wait_for_capacity(self) -> int:
-        threshold = max(1, min(self.batch_size, self.concurrency) // 2)
-        while self.concurrency - self._running < threshold:
-            self._slot_freed = anyio.Event()
-            await self._slot_freed.wait()
-        return self.concurrency - self._running
-
-    async def _note_next_run(self, sub_id: int) -> None:
-        """Plan the next claim from the next claimable row's due time.
-
-        The backend counts only rows a claim could take: for an ordered
-        subscription whose keys are all busy there is none, and the loop waits
-        for a completion (:meth:`_forget`), a wake-up or the slow poll instead
-        of claiming again at once.
-        """
-        active = self._active[sub_id]
-        delay = await self.deliveries.next_run_in(sub_id, active.cursor)
-        if active.look_behind:  # come back for the claim from the start that was put off
-            behind = active.full_scan.allowed_at - time.monotonic()
-            delay = behind if delay is None else min(delay, behind)
-        if delay is not None:
-            self._wake_at = min(self._wake_at, time.monotonic() + max(delay, 0.0))
-
-    async def _wait_for_work(self) -> set[int]:
-        now = time.monotonic()
-        timeout = min(self.poll_interval_seconds, max(self._wake_at - now, 0.0))
-        woken = await self.wakeups.wait(timeout)
-        if not woken or SWEEP in woken or time.monotonic() >= self._wake_at:
-            self._wake_at = math.inf
-            return set(self._active)
-        return {sub_id for t in woken for sub_id in self._by_type.get(t, ())}
-
-    def _start(self, active: _Active, batch: list[ClaimedDelivery]) -> None:
-        sub = active.sub
-        for delivery in batch:
-            self._in_flight.add(sub, delivery)
-            self._running += 1
-            self._queue.put((active.sub, delivery))
-
-    def _forget(self, lease: LeaseKey) -> None:
-        """A result was written (or refused): this run leaves the worker.
-
-        An ordered subscription whose keys were all busy waits for exactly this
-        (see :meth:`_note_next_run`), so its claim loop is woken.
-        """
-        claim = self._in_flight.pop(lease)
-        if claim is not None and claim.sub.ordered and claim.delivery.ordering_key is not None:
-            self.wakeups.wake_local({claim.sub.event_type})
+    # -- running one delivery ------------------------------------------------------
 
     async def _runner(self) -> None:
         """One of ``concurrency`` long-lived tasks that run handlers one at a time.
@@ -355,28 +209,13 @@ class Worker:
         Cheaper than a task per delivery; the queue never holds more than the
         free capacity, because claims ask for no more than that.
         """
-        ran = 0
+        queue, ran = self._claims.queue, 0
         while True:
-            sub, delivery = await self._queue.get()
+            sub, delivery = await queue.get()
             await self._handle(sub, delivery)
             ran += 1
             if ran % 32 == 0:  # handlers that never await must not starve the loop
                 await anyio.lowlevel.checkpoint()
-
-    async def _release_unstarted(self) -> None:
-        """On stop: hand back claimed deliveries no runner has started yet."""
-        by_token: dict[str, list[DeliveryId]] = {}
-        for _sub, delivery in self._queue.take_all():
-            by_token.setdefault(delivery.lease_token, []).append(delivery.id)
-            self._in_flight.discard((delivery.id, delivery.lease_token))
-            self._running -= 1
-        for token, ids in by_token.items():
-            try:
-                await self.deliveries.release(ids, token)
-            except BackendError as exc:
-                log.warning("could not release %d deliveries (their leases will): %s", len(ids), exc)
-
-    # -- running one delivery ------------------------------------------------------
 
     async def _handle(self, sub: Subscription, delivery: ClaimedDelivery) -> None:
         started = time.monotonic()
@@ -390,10 +229,9 @@ class Worker:
                     await self._release(delivery)
             raise
         finally:
-            self._running -= 1
-            self._slot_freed.set()
+            self._claims.slots.free()
         if isinstance(result, Failure) and not result.dead:
-            self._wake_at = min(self._wake_at, time.monotonic() + result.retry_delay_seconds)
+            self._claims.wake.within(result.retry_delay_seconds)
         self._results.add(result)
 
     def _interrupted(self, sub: Subscription, delivery: ClaimedDelivery, started: float) -> Failure:
@@ -407,7 +245,7 @@ class Worker:
         None (give up: the lease will expire) when the run is no longer held
         or the result already was such a replacement.
         """
-        claim = self._in_flight.get(result.lease)
+        claim = self._claims.in_flight.get(result.lease)
         if claim is None or (
             isinstance(result, Failure) and result.error_type == ResultNotStored.__qualname__
         ):
@@ -419,7 +257,7 @@ class Worker:
 
     async def _release(self, delivery: ClaimedDelivery) -> None:
         """Hand a delivery back without counting the attempt (shutdown)."""
-        self._in_flight.discard((delivery.id, delivery.lease_token))
+        self._claims.in_flight.discard((delivery.id, delivery.lease_token))
         try:
             await self.deliveries.release([delivery.id], delivery.lease_token)
         except BackendError as exc:
@@ -428,50 +266,5 @@ class Worker:
     async def _wait_for_handlers(self, grace_seconds: float) -> bool:
         """Wait up to ``grace_seconds`` for running handlers; False if some are still running."""
         with anyio.move_on_after(grace_seconds):
-            while self._running:
-                self._slot_freed = anyio.Event()
-                await self._slot_freed.wait()
-        return self._running == 0
-
-    async def _settle(self) -> None:
-        """Burst mode: wait until every handler finished and its result is written."""
-        while self._running or self._in_flight:  # noqa: ASYNC110 (burst mode only)
-            await anyio.sleep(0.002)
-
-    # -- leases, recovery, wake-ups --------------------------------------------------
-
-    async def _heartbeat(self) -> None:
-        leases = [a.sub.lease_seconds for a in self._active.values()] or [30.0]
-        while True:
-            await anyio.sleep(min(leases) / 3)
-            for (token, lease_seconds), ids in self._in_flight.leases().items():
-                try:
-                    kept = await self.deliveries.extend(ids, token, lease_seconds)
-                except BackendError as exc:
-                    log.warning("lease renewal failed: %s", exc)
-                    continue
-                lost = [i for i in ids if i not in kept and (i, token) in self._in_flight]
-                if lost:
-                    log.warning("leases lost for deliveries %s; their results will be refused", lost)
-
-    async def _housekeeping(self) -> None:
-        """Recover expired leases often (a cheap partial-index probe); report in less often."""
-        beat_every = max(1, round(5.0 / self.recovery_interval_seconds))
-        for turn in itertools.count():
-            try:
-                if await self.deliveries.recover_expired() + await self.deliveries.finish_backfills():
-                    self.wakeups.wake_local({SWEEP})
-                if turn % beat_every == 0:
-                    await self._beat()
-            except BackendError as exc:
-                log.warning("housekeeping failed: %s", exc)
-            await anyio.sleep(self.recovery_interval_seconds)
-
-    async def _beat(self, *, gone: bool = False) -> None:
-        try:
-            await self.deliveries.worker_beat(self.id, gone=gone, subscription_ids=list(self._active))
-        except BackendError as exc:
-            log.debug("worker heartbeat not written: %s", exc)
-
-    async def _listen(self) -> None:
-        await self.wakeups.run()
+            await self._claims.slots.wait_until_idle()
+        return self._claims.slots.running == 0

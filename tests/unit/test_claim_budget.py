@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eventbus.router import Router
-from eventbus.worker import FULL_SCAN_EVERY, _Active
+from eventbus.worker._claims import FULL_SCAN_EVERY, _Active
 
 from ..support.helpers import OrderPlaced
 
