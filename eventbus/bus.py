@@ -50,6 +50,7 @@ from .workflows import WorkflowBus
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
 DEFAULT_DSN = "sqlite:///eventbus.db"
+"""The database of a bus given no DSN and no ``$EVENTBUS_DSN``."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_DELAY_SECONDS = 100 * 365 * 86400.0  # beyond this a delay is a mistake, not a schedule
 MAX_INSPECT_ROWS = 1000

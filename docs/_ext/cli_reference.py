@@ -22,7 +22,7 @@ def _commands(cmd: click.Command, ctx: click.Context) -> Iterator[tuple[click.Co
         for name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, name)
             if sub is not None and not sub.hidden:
-                yield from _commands(sub, click.Context(sub, info_name=name, parent=ctx, terminal_width=WIDTH))
+                yield from _commands(sub, click.Context(sub, info_name=name, parent=ctx))
 
 
 def _section(ctx: click.Context, cmd: click.Command) -> str:

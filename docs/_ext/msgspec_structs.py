@@ -35,9 +35,7 @@ def _fields(cls: Class) -> list[Parameter]:
             continue
         if "class-attribute" in member.labels and "instance-attribute" not in member.labels:
             continue  # a ClassVar
-        fields.append(
-            Parameter(member.name, annotation=member.annotation, kind=kind, default=member.value)
-        )
+        fields.append(Parameter(member.name, annotation=member.annotation, kind=kind, default=member.value))
     return fields
 
 

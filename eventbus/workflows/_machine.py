@@ -47,10 +47,15 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 E = TypeVar("E", bound=Event)
 
 MAX_RETRIES = "MAX_RETRIES"
+"""The built-in terminal a run ends in when a state's ``max_visits`` or a ``max_age`` is reached."""
 FAILED = "FAILED"
+"""The built-in failure terminal."""
 CANCELLED = "CANCELLED"
+"""The built-in terminal of a cancelled run."""
 UNCERTAIN = "UNCERTAIN"
+"""Where an instance stops for a human to resolve: an ``Uncertain`` outcome, or failing compensations."""
 COMPENSATING = "COMPENSATING"
+"""The state whose visits run a failed run's compensations, in reverse."""
 BUILT_IN_TERMINALS = {MAX_RETRIES: "failed", FAILED: "failed", CANCELLED: "cancelled"}
 """Terminal states every machine has, with the status an instance ends in."""
 

@@ -1,4 +1,4 @@
-"""A Griffe extension: the docstrings' reST roles as cross-references of the API reference.
+"""A Griffe extension: the docstrings' reST markup as Markdown for the API reference.
 
 The library's docstrings are written in reST (``:param x:``, ``:class:`Hooks```, ``:meth:`publish```).
 mkdocstrings parses the fields; this rewrites each role into a Markdown cross-reference
@@ -7,6 +7,8 @@ is, as Python would resolve the name there. A name that does not resolve inside 
 resolves to something the reference does not render, stays a cross-reference anyway, so
 ``mkdocs build --strict`` fails on it: a broken reference in a docstring is a build error.
 Standard-library names (``:class:`TimeoutError```, ``:mod:`logging```) become plain code.
+A paragraph ending in ``::`` before an indented literal block ends in ``:``; the indented block
+is already a Markdown code block.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import re
 import sys
 from typing import Any
 
-from griffe import Extension, Module, NameResolutionError, Object
+from griffe import Alias, Extension, Module, NameResolutionError, Object
 
 ROLE = re.compile(r":(?:py:)?(class|meth|func|attr|exc|mod|data|obj|const):`(~?)([^`<>]+)`")
 CALLABLE_ROLES = {"meth", "func"}
+LITERAL_MARK = re.compile(r"(\S)?[ \t]*::\n(?=[ \t]*\n)")
 
 
 def _is_stdlib(target: str) -> bool:
@@ -30,11 +33,11 @@ def _is_stdlib(target: str) -> bool:
 def _relative(obj: Object, target: str) -> str:
     """``.name`` / ``..name``: from the package of the object's module, as a relative import."""
     module = obj if isinstance(obj, Module) else obj.module
-    package = module if module.is_package else module.parent
-    dots = len(target) - len(target.lstrip("."))
-    for _ in range(dots - 1):
-        package = package.parent if package and package.parent else package
-    return f"{package.path}.{target.lstrip('.')}" if package else target.lstrip(".")
+    package: Object | None = module if module.is_package else module.parent
+    name = target.lstrip(".")
+    for _ in range(len(target) - len(name) - 1):
+        package = package.parent if package else None
+    return f"{package.path}.{name}" if package else name
 
 
 def _resolve(obj: Object, target: str) -> str | None:
@@ -64,16 +67,21 @@ def _link(obj: Object, match: re.Match[str]) -> str:
     return f"[`{shown}`][{path}]"
 
 
+def _markdown(obj: Object, text: str) -> str:
+    text = LITERAL_MARK.sub(lambda m: f"{m.group(1)}:\n" if m.group(1) else "\n", text)
+    return ROLE.sub(lambda m: _link(obj, m), text)
+
+
 def _rewrite(obj: Object) -> None:
     if obj.docstring is not None and ":" in obj.docstring.value:
-        obj.docstring.value = ROLE.sub(lambda m: _link(obj, m), obj.docstring.value)
+        obj.docstring.value = _markdown(obj, obj.docstring.value)
     for member in obj.members.values():
-        if not member.is_alias:
+        if not isinstance(member, Alias):
             _rewrite(member)
 
 
-class SphinxRoles(Extension):
-    """Rewrites the reST roles of every docstring of a loaded package."""
+class ReSTMarkup(Extension):
+    """Rewrites the reST markup of every docstring of a loaded package."""
 
     def on_package(self, *, pkg: Module, **kwargs: Any) -> None:
         _rewrite(pkg)
