@@ -171,6 +171,7 @@ class Bus(WorkflowBus):
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the bus: the batch of publishes in flight finishes, then the backend's connections close."""
         if self.coalescer is not None:
             await self.coalescer.aclose()
         await self.backend.aclose()
@@ -312,6 +313,7 @@ class Bus(WorkflowBus):
     # -- subscriptions ------------------------------------------------------
 
     def specs(self, names: Sequence[str] | None = None) -> list[SubscriptionSpec]:
+        """The subscriptions of this bus (those in ``names``, if given) as the backend records them."""
         subs = [s for s in self.subscriptions.values() if names is None or s.name in names]
         return [
             SubscriptionSpec(
@@ -389,6 +391,7 @@ class Bus(WorkflowBus):
         since: datetime | None = None,
         limit: int = 100,
     ) -> list[DeliveryDetail]:
+        """Dead deliveries, oldest first, with their payload and every failed attempt."""
         flt = DeadLetterFilter(subscription=subscription, event_type=event_type, since=since)
         return await self.backend.list_dead(flt, limit)
 

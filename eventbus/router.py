@@ -116,6 +116,7 @@ class Router:
         return decorate
 
     def add(self, subscription: Subscription) -> None:
+        """Add a subscription built by hand; :class:`DuplicateSubscription` if its name is taken."""
         if subscription.name in self.subscriptions:
             raise DuplicateSubscription(f"a subscription named {subscription.name!r} is already registered")
         self.subscriptions[subscription.name] = subscription
@@ -178,6 +179,7 @@ class Router:
         return schedule
 
     def add_schedule(self, schedule: Schedule) -> None:
+        """Add a schedule built by hand; :class:`InvalidSchedule` if its name is taken."""
         if schedule.name in self.schedules:
             raise InvalidSchedule(f"a schedule named {schedule.name!r} is already declared")
         self.schedules[schedule.name] = schedule

@@ -271,6 +271,7 @@ class Machine(Generic[C]):
         return self.states.get(name) or self.states.get(self.renamed.get(name, ""))
 
     def is_state(self, name: str) -> bool:
+        """Whether ``name`` is a state of the table, a terminal or a built-in state."""
         return name in self.states or name in self.terminals or name in (UNCERTAIN, COMPENSATING)
 
     def encode(self, checkpoint: C) -> bytes:
@@ -284,6 +285,7 @@ class Machine(Generic[C]):
         return data
 
     def decode(self, data: bytes) -> C:
+        """A stored checkpoint; :class:`DecodeError` if it does not match the checkpoint type."""
         try:
             return self._decoder.decode(data)
         except msgspec.DecodeError as exc:
