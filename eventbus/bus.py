@@ -46,6 +46,7 @@ from .workflows._commits import CommitQueue
 __all__ = ["DEFAULT_DSN", "Bus", "Envelope"]
 
 DEFAULT_DSN = "sqlite:///eventbus.db"
+"""The database of a bus given no DSN and no ``$EVENTBUS_DSN``."""
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_DELAY_SECONDS = 100 * 365 * 86400.0  # beyond this a delay is a mistake, not a schedule
 MAX_INSPECT_ROWS = 1000
@@ -177,6 +178,7 @@ class Bus(Router):
         await self.aclose()
 
     async def aclose(self) -> None:
+        """Close the bus: the batch of publishes in flight finishes, then the backend's connections close."""
         if self.coalescer is not None:
             await self.coalescer.aclose()
         await self.backend.aclose()
@@ -336,6 +338,7 @@ class Bus(Router):
     # -- subscriptions ------------------------------------------------------
 
     def specs(self, names: Sequence[str] | None = None) -> list[SubscriptionSpec]:
+        """The subscriptions of this bus (those in ``names``, if given) as the backend records them."""
         subs = [s for s in self.subscriptions.values() if names is None or s.name in names]
         return [
             SubscriptionSpec(

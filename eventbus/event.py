@@ -68,6 +68,7 @@ class Event(msgspec.Struct, metaclass=_EventMeta, frozen=True, kw_only=True):
 
 
 EventT = TypeVar("EventT", bound=Event)
+"""Any subclass of :class:`Event`."""
 
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type[Event], msgspec.json.Decoder[Any]] = {}

@@ -43,6 +43,7 @@ __all__ = [
 ]
 
 LogFormat = Literal["json", "text"]
+"""How :func:`configure` writes log records."""
 
 outcome_log = logging.getLogger("eventbus.delivery")
 

@@ -192,6 +192,7 @@ class QueueCollector:
         (registry if registry is not None else prom.REGISTRY).register(self)
 
     async def refresh(self) -> None:
+        """Read the queue and storage figures once; :meth:`collect` reports the last read."""
         self.snapshot = await self.bus.backend.inspect.health()
 
     async def run(self) -> None:
@@ -204,6 +205,7 @@ class QueueCollector:
             await anyio.sleep(self.interval)
 
     def collect(self) -> Iterator[Any]:
+        """The gauges of the last :meth:`refresh`, for the Prometheus registry."""
         snap, f, kind = self.snapshot, self.families, self.bus.backend.kind
         if snap is None:
             return

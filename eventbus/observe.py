@@ -72,6 +72,7 @@ class DeliveryContext:
     causation_id: int | None
 
     def fields(self) -> dict[str, object]:
+        """The ids as a dict, for log records and structured loggers."""
         return {
             "event_id": self.event_id,
             "event_type": self.event_type,
@@ -178,6 +179,7 @@ class CompositeHooks(NoHooks):
         self.hooks: list[Hooks] = list(hooks)
 
     def add(self, hooks: Hooks) -> None:
+        """Tell ``hooks`` too, after the others."""
         self.hooks.append(hooks)
 
     def wants_every_outcome(self) -> bool:

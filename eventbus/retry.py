@@ -58,6 +58,7 @@ class RetryPolicy:
         return attempt >= self.max_attempts
 
     def is_retryable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` may be retried: it is none of ``non_retryable``."""
         return not isinstance(exc, self.non_retryable)
 
     def outcome(self, exc: BaseException, attempt: int) -> Outcome:

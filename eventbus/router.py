@@ -19,6 +19,7 @@ from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
 __all__ = ["Handler", "Router", "Subscription"]
 
 Handler = Callable[[Any, Context], Awaitable[None]]
+"""What a subscription calls: ``async def handler(event, ctx) -> None``."""
 H = TypeVar("H", bound=Handler)
 
 

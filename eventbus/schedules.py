@@ -56,6 +56,7 @@ __all__ = [
 log = logging.getLogger("eventbus.schedules")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""The default ``anchor`` of ``every=`` schedules: the Unix epoch."""
 Fate = Literal["due", "skipped_dst"]
 
 # Wall clocks jump by at most this much at a DST change (Debian cron assumes
@@ -67,6 +68,7 @@ _MAX_GRACE = timedelta(seconds=60)
 # At most this many occurrences of one schedule are recorded per tick (a long
 # outage is recorded over several ticks); also the bound of max_catchup.
 MAX_RECORDED = 10_000
+"""At most this many occurrences of one schedule are recorded per tick; the bound of ``max_catchup``."""
 # A schedule that cannot be planned is looked at again this much later.
 _RETRY_FAILED = timedelta(seconds=60)
 # While an occurrence waits (buffered or requested), the tick looks again this soon.

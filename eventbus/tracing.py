@@ -64,6 +64,7 @@ class Tracing(NoHooks):
 
     @classmethod
     def install(cls, bus: Bus, tracer_provider: Any = None) -> Tracing:
+        """Create the spans' hooks and add them to ``bus`` (nothing when tracing is off or not installed)."""
         tracing = cls(tracer_provider)
         if tracing.enabled:
             bus.add_hooks(tracing)

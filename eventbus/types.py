@@ -53,17 +53,27 @@ __all__ = [
 ]
 
 EventId = NewType("EventId", int)
+"""The id of an event in the log; events of one publisher in sequence get increasing ids."""
 DeliveryId = NewType("DeliveryId", int)
+"""The id of one delivery: one event for one subscription."""
 DeliveryStatus = Literal["pending", "processing", "completed", "dead", "cancelled"]
+"""Where a delivery is; ``completed``, ``dead`` and ``cancelled`` are terminal."""
 StartFrom = Literal["earliest", "latest"]
+"""Where a new subscription starts: the retained log from its start, or events published from now on."""
 SubscriptionState = Literal["active", "paused", "removed"]
+"""A subscription as operated: served, not claimed while fan-out goes on, or taken out of fan-out."""
 MissedPolicy = Literal["all", "latest", "skip"]
+"""A schedule's occurrences that fell due while nothing ticked it: fire them all, the newest only, or none."""
 OverlapPolicy = Literal["allow", "skip", "buffer_one"]
+"""An occurrence due while the previous firing's work runs: fire anyway, skip it, or keep one buffered."""
 DstGap = Literal["shift", "skip"]
+"""A wall time the clock change skips: fire it moved forward by the gap, or skip it."""
 DstFold = Literal["first", "last", "both"]
+"""A wall time that occurs twice at a clock change: fire the first, the second, or both."""
 OccurrenceStatus = Literal[
     "requested", "buffered", "fired", "skipped_missed", "skipped_overlap", "skipped_dst"
 ]
+"""The fate of one occurrence of a schedule: waiting (``requested``, ``buffered``), fired, or skipped."""
 WorkflowStatus = Literal[
     "pending",
     "running",
@@ -75,6 +85,7 @@ WorkflowStatus = Literal[
     "cancelled",
     "uncertain",
 ]
+"""Where an instance of a state machine is; ``completed``, ``failed`` and ``cancelled`` are final."""
 
 
 class PublishResult(msgspec.Struct, frozen=True):

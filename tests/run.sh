@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install eventbus with its dev extras into .venv, then lint, type-check and test.
+# Install eventbus with its dev extras into .venv, then lint, type-check, build the docs and test.
 # PostgreSQL: $EVENTBUS_TEST_DSN when set, otherwise a throwaway server is started
 # from the local PostgreSQL binaries.
 set -euo pipefail
@@ -13,4 +13,6 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/mypy eventbus
 .venv/bin/mypy schemas handlers tests
 .venv/bin/lint-imports
+# The guide and API reference: a warning (a broken link or docstring reference) fails the build.
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site
 exec .venv/bin/pytest -m "not soak" "$@"

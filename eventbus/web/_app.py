@@ -20,6 +20,7 @@ from ._render import Pages
 __all__ = ["DEFAULT_PORT", "create_app"]
 
 DEFAULT_PORT = 8700
+"""The port ``eventbus dashboard`` listens on unless ``--port`` says otherwise."""
 Handler = Callable[[Request, Exception], Awaitable[HTMLResponse]]
 
 

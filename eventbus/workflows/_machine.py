@@ -47,10 +47,15 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 E = TypeVar("E", bound=Event)
 
 MAX_RETRIES = "MAX_RETRIES"
+"""The built-in terminal a run ends in when a state's ``max_visits`` or a ``max_age`` is reached."""
 FAILED = "FAILED"
+"""The built-in failure terminal."""
 CANCELLED = "CANCELLED"
+"""The built-in terminal of a cancelled run."""
 UNCERTAIN = "UNCERTAIN"
+"""Where an instance stops for a human to resolve: an ``Uncertain`` outcome, or failing compensations."""
 COMPENSATING = "COMPENSATING"
+"""The state whose visits run a failed run's compensations, in reverse."""
 BUILT_IN_TERMINALS = {MAX_RETRIES: "failed", FAILED: "failed", CANCELLED: "cancelled"}
 """Terminal states every machine has, with the status an instance ends in."""
 
@@ -266,6 +271,7 @@ class Machine(Generic[C]):
         return self.states.get(name) or self.states.get(self.renamed.get(name, ""))
 
     def is_state(self, name: str) -> bool:
+        """Whether ``name`` is a state of the table, a terminal or a built-in state."""
         return name in self.states or name in self.terminals or name in (UNCERTAIN, COMPENSATING)
 
     def encode(self, checkpoint: C) -> bytes:
@@ -279,6 +285,7 @@ class Machine(Generic[C]):
         return data
 
     def decode(self, data: bytes) -> C:
+        """A stored checkpoint; :class:`DecodeError` if it does not match the checkpoint type."""
         try:
             return self._decoder.decode(data)
         except msgspec.DecodeError as exc:

@@ -42,3 +42,4 @@ class Uncertain:
 
 
 Outcome = Yield | Fail | Goto | Uncertain | None
+"""What a state function returns; ``None`` takes the success edge."""
