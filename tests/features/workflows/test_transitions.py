@@ -12,7 +12,7 @@ from eventbus import Bus, CheckpointTooLarge
 from eventbus.backends.base import workflow_step
 from eventbus.workflows import MAX_RETRIES, Fail, Goto, Machine, StepContext, Yield
 
-from ._support import finish, run_until, status_is, step_deliveries
+from ._support import TERMINAL, finish, run_until, status_is, step_deliveries
 
 
 class Job(msgspec.Struct):
@@ -231,7 +231,9 @@ async def test_the_sweep_runs_by_itself_on_the_step_path(bus: Bus) -> None:
 aged = Machine("aged", checkpoint=Job, key=lambda c: c.key)
 
 
-@aged.state(initial=True, on_success="DONE", on_failure="DONE", continue_run=False, poll=0.1, max_age=0.5)
+# A busy machine may take a while to claim the first step: max_age leaves it time to; at most
+# max_age / poll + 1 visits.
+@aged.state(initial=True, on_success="DONE", on_failure="DONE", continue_run=False, poll=0.4, max_age=2.0)
 async def FOREVER(c: Job, ctx: StepContext) -> Yield:
     c.polls += 1
     return Yield()
@@ -242,8 +244,16 @@ aged.terminal("DONE")
 
 async def test_max_age_ends_a_state_that_never_finishes(bus: Bus) -> None:
     bus.include(aged)
-    await bus.start(aged, Job(key="old"))
-    await finish(bus, aged, ["old"])
+    started = False
+
+    async def done() -> bool:  # start once the worker serves: its start-up is no part of max_age
+        nonlocal started
+        if not started and (await bus.status()).workers:
+            await bus.start(aged, Job(key="old"))
+            started = True
+        return started and (await bus.instance(aged, "old")).status in TERMINAL
+
+    await run_until(bus, done)
     inst = await bus.instance(aged, "old")
     assert (inst.state, inst.status) == (MAX_RETRIES, "failed")
     assert inst.last_error is not None and inst.last_error.startswith("max age reached: FOREVER for ")
