@@ -1,8 +1,11 @@
 """Fixtures: every contract test runs on PostgreSQL and on a SQLite file.
 
 PostgreSQL comes from ``EVENTBUS_TEST_DSN`` when set; otherwise a throwaway
-server is started from the local binaries. It is never skipped. Each test gets
-a fresh schema (PostgreSQL) or a fresh file (SQLite).
+server is started from the local binaries. It is never skipped. Each test
+process (each pytest-xdist worker) gets a database of its own on that server,
+dropped when it ends, and each test a fresh schema in it (PostgreSQL) or a
+fresh file (SQLite). ``--backend`` narrows the backend-parametrised tests to
+one backend (tests/contract/README.md).
 """
 
 from __future__ import annotations
@@ -17,13 +20,53 @@ import pytest
 
 from eventbus import Bus
 
+from .support.databases import worker_database
 from .support.pgserver import PgServer
 
 BACKENDS = ["postgres", "sqlite"]
+# Folders whose tests start first, so the slowest (real processes, kills,
+# restarts) spread over the xdist workers instead of queuing at the end.
+FIRST = ("tests/faults/", "tests/integration/")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--backend",
+        action="append",
+        choices=BACKENDS,
+        help="run the backend tests on this backend only (repeatable; default: every backend)",
+    )
+
+
+def _backend_of(item: pytest.Item) -> str | None:
+    """The backend a test runs on: its ``backend_kind``, or PostgreSQL for a PostgreSQL-only test."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "backend_kind" in callspec.params:
+        return str(callspec.params["backend_kind"])
+    if "pg_dsn" in getattr(item, "fixturenames", ()):
+        return "postgres"
+    return None
+
+
+def _start_rank(item: pytest.Item) -> int:
+    path = item.nodeid
+    return next((i for i, prefix in enumerate(FIRST) if path.startswith(prefix)), len(FIRST))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    chosen = config.getoption("backend")
+    if chosen:
+        kept = [i for i in items if _backend_of(i) in (None, *chosen)]
+        if len(kept) < len(items):
+            kept_ids = {id(i) for i in kept}
+            config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept_ids])
+            items[:] = kept
+    items.sort(key=_start_rank)  # stable: collection order within each rank
 
 
 @pytest.fixture(scope="session")
-def pg_dsn() -> Iterator[str]:
+def pg_server_dsn() -> Iterator[str]:
+    """The PostgreSQL server of this run: ``EVENTBUS_TEST_DSN``, or a throwaway one."""
     dsn = os.environ.get("EVENTBUS_TEST_DSN")
     if dsn:
         yield dsn
@@ -33,6 +76,13 @@ def pg_dsn() -> Iterator[str]:
         yield server.dsn
     finally:
         server.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
+    """A database of this test process's own on the run's server (see support/databases.py)."""
+    with worker_database(pg_server_dsn) as dsn:
+        yield dsn
 
 
 @pytest.fixture(params=BACKENDS)

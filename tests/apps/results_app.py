@@ -1,4 +1,4 @@
-"""Worker application of the result-path process tests (tests/contract/test_results.py).
+"""Worker application of the result-path process tests (tests/contract/deliveries/test_results.py).
 
 Run as ``eventbus worker tests.apps.results_app:bus``; the bus comes from
 ``EVENTBUS_DSN`` / ``EVENTBUS_SCHEMA``. ``results.cancelled`` events reach a

@@ -1,4 +1,4 @@
-"""Worker application for the schedule tests (tests/schedules).
+"""Worker application for the schedule tests (tests/features/schedules).
 
 Run as ``eventbus worker tests.apps.schedule_app:bus``; the bus comes from
 ``EVENTBUS_DSN`` / ``EVENTBUS_SCHEMA``. Schedules are steered by env vars:

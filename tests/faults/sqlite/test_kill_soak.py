@@ -70,6 +70,17 @@ def _kill_during_write(procs: Procs, victim, shm: Path, rng: random.Random) -> b
     return False
 
 
+def _publisher_done(pub, stall: float = 10.0) -> int:
+    """The publisher's exit code; fails if it goes ``stall`` seconds without acknowledging a publish."""
+    seen, since = -1, time.monotonic()
+    while (rc := pub.wait(0.2)) is None:
+        n = len(acks(pub))
+        if n != seen:
+            seen, since = n, time.monotonic()
+        assert time.monotonic() - since < stall, f"the publisher stalled at {n} acknowledged events"
+    return rc
+
+
 def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
     db = tmp_path / "bus.db"
     shm = Path(f"{db}-shm")
@@ -91,7 +102,7 @@ def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
             wait_until(lambda: workers[0].pid in worker_pids(db), 20, what="the restarted worker to start")
         left = scalar(db, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')")
         assert left, "the workload drained before the last kill: make it longer"
-        assert late.wait(30) == 0, late.output()
+        assert _publisher_done(late) == 0, late.output()
         wait_until(lambda: settled(db), 40, interval=0.2, what="the soak to drain")
         elapsed = time.monotonic() - started
     finally:
