@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..types import ChainDelivery, ChainEvent, DeliveryId, EventId, EventTypeRow, SubscriptionStatus
+from ..types import (
+    ChainDelivery,
+    ChainEvent,
+    DeliveryId,
+    EventId,
+    EventTypeRow,
+    SubscriptionStatus,
+    trace_id_of,
+)
 from .base import decode_headers
 
 __all__ = [
@@ -16,7 +24,6 @@ __all__ = [
     "event_types_of",
     "shortest_cutoff",
     "subscriptions_of",
-    "trace_id_of",
 ]
 
 Override = tuple[str, float | None, float | None]
@@ -33,12 +40,6 @@ COUNT_CAP = 100_000
 """Events of one type are counted up to this many."""
 RECENT_WINDOW = 100_000
 """Completions of the last hour are looked for among this many newest deliveries."""
-
-
-def trace_id_of(headers: dict[str, str]) -> str | None:
-    """The trace id of a W3C ``traceparent`` header, if the event carries one."""
-    parts = headers.get("traceparent", "").split("-")
-    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
 
 def chain_of(events: Sequence[Any], deliveries: Sequence[Any]) -> list[ChainEvent]:

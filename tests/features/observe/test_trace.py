@@ -94,3 +94,10 @@ async def test_trace_command_text_json_and_errors(make_bus, target: Target) -> N
     assert "NotFound: no event 999999" in missing.stderr
     bad = _cli(target, "trace", "abc")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+async def test_a_chain_reads_the_trace_id_header_as_the_dashboard_does(bus) -> None:
+    """One reading of the trace id: an explicit ``trace_id`` header counts in the chain too."""
+    sent = await bus.publish(OrderPlaced(order_id="o-t"), headers={"trace_id": "t-42"})
+    root = await bus.trace(sent.event_id)
+    assert root.trace_id == "t-42"
