@@ -144,6 +144,23 @@ async def settled(conn: asyncpg.Connection, schema: str) -> bool:
     return bool(n == 0)
 
 
+async def drained(conn: asyncpg.Connection, schema: str, what: str, stall: float = 15.0) -> None:
+    """Until no delivery is pending or processing; fails once none has ended for ``stall`` seconds.
+
+    Judged by progress, not by a deadline: a busy machine drains slower, a stuck
+    delivery (a lease never recovered, a claim never released) stops the count.
+    """
+    left, since = None, time.monotonic()
+    while n := await conn.fetchval(
+        f"SELECT count(*) FROM \"{schema}\".deliveries WHERE status IN ('pending', 'processing')"
+    ):
+        if left is None or n < left:
+            left, since = n, time.monotonic()
+        if time.monotonic() - since > stall:
+            raise AssertionError(f"{what}: no delivery ended for {stall:.0f}s, {n} left")
+        await asyncio.sleep(0.2)
+
+
 def socket_ports_of(pid: int) -> set[int]:
     """Local TCP ports of the sockets a process holds (from /proc, no psutil)."""
     inodes: set[str] = set()

@@ -27,7 +27,7 @@ from eventbus import Envelope
 
 from ...apps.fault_events import Audit, Order
 from ...conftest import Target
-from ._support import Procs, percentile, prepare, settled, wait_until, worker_id_of
+from ._support import Procs, drained, percentile, prepare, settled, wait_until, worker_id_of
 
 ORDERS = 1600
 AUDITS = 400
@@ -139,7 +139,7 @@ async def _clean_run(pg_dsn: str, tmp_path) -> tuple[float, float, int]:
     try:
         await _start_workers(procs, db, schema)
         await _publish_workload(target)
-        await wait_until(lambda: settled(db, schema), 60, interval=0.2, what="clean run to finish")
+        await drained(db, schema, "clean run")
         await _check_invariants(db, schema)
         return await _throughput(db, schema)
     finally:
@@ -168,7 +168,7 @@ async def test_kill_soak(fault_target, procs, db, pg_dsn, tmp_path) -> None:
         kills.append((wid, at))
         workers[i] = procs.worker(*WORKER_ARGS, env=WORKER_ENV, name=f"w{i}")
     assert len(kills) >= 6, f"the workload ended after only {len(kills)} kills"
-    await wait_until(lambda: settled(db, s), 45, interval=0.2, what="soak to finish")
+    await drained(db, s, "soak")
     soak_seconds = time.monotonic() - started
     await _check_invariants(db, s)
 

@@ -99,6 +99,21 @@ def settled(path: Path) -> bool:
     return scalar(path, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')") == 0
 
 
+def drained(path: Path, what: str, stall: float = 15.0) -> None:
+    """Until no delivery is pending or processing; fails once none has ended for ``stall`` seconds.
+
+    Judged by progress, not by a deadline: a busy machine drains slower, a stuck
+    delivery (a lease never recovered, a claim never released) stops the count.
+    """
+    left, since = None, time.monotonic()
+    while n := scalar(path, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')"):
+        if left is None or n < left:
+            left, since = n, time.monotonic()
+        if time.monotonic() - since > stall:
+            raise AssertionError(f"{what}: no delivery ended for {stall:.0f}s, {n} left")
+        time.sleep(0.2)
+
+
 class Run(NamedTuple):
     pid: int
     phase: str

@@ -29,12 +29,12 @@ from ...apps.sqlite_events import Audit, Job
 from ._support import (
     Procs,
     acks,
+    drained,
     handler_runs,
     integrity,
     prepare,
     rows,
     scalar,
-    settled,
     status_counts,
     wait_until,
     worker_pids,
@@ -103,7 +103,7 @@ def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
         left = scalar(db, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')")
         assert left, "the workload drained before the last kill: make it longer"
         assert _publisher_done(late) == 0, late.output()
-        wait_until(lambda: settled(db), 40, interval=0.2, what="the soak to drain")
+        drained(db, "the soak")
         elapsed = time.monotonic() - started
     finally:
         procs.close()
