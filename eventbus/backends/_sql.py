@@ -16,6 +16,7 @@ __all__ = ["load_queries", "quote_schema", "validate_schema"]
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+_FRAGMENT_RE = re.compile(r"\{(_\w+)\}")
 
 
 def validate_schema(schema: str) -> str:
@@ -48,16 +49,40 @@ def load_queries(backend: str, schema: str) -> dict[str, str]:
     """Parse the named blocks of every ``eventbus/backends/<backend>/queries/*.sql`` file.
 
     One file per port (``delivery.sql``, ``inspect.sql``, …), read in name
-    order; a name defined twice, in one file or in two, is refused.
+    order; a name defined twice, in one file or in two, is refused. A block
+    whose name starts with ``_`` is a fragment, not a query: another block
+    includes it as ``{_name}`` (the delivery filter shared by the list, the
+    count and the id walks), and one that names no defined fragment is refused.
     """
     folder = resources.files(f"eventbus.backends.{backend}").joinpath("queries")
-    queries: dict[str, str] = {}
+    blocks: dict[str, str] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         parts = _NAME_RE.split(entry.read_text("utf-8"))
         for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in queries:
+            if name in blocks:
                 raise ConfigurationError(f"query {name!r} is defined twice in {backend}/queries")
-            queries[name] = render(body.strip().rstrip(";"), schema)
-    return queries
+            blocks[name] = body.strip().rstrip(";")
+    return assemble(blocks, schema, f"{backend}/queries")
+
+
+def assemble(blocks: dict[str, str], schema: str, where: str) -> dict[str, str]:
+    """The queries of ``blocks`` (name to SQL), each fragment ``{_name}`` included and the schema quoted."""
+    fragments = {name: _uncommented(body) for name, body in blocks.items() if name.startswith("_")}
+
+    def include(match: re.Match[str]) -> str:
+        if match.group(1) not in fragments:
+            raise ConfigurationError(f"no fragment {match.group(1)!r} in {where}")
+        return fragments[match.group(1)]
+
+    return {
+        name: render(_FRAGMENT_RE.sub(include, body), schema)
+        for name, body in blocks.items()
+        if not name.startswith("_")
+    }
+
+
+def _uncommented(body: str) -> str:
+    """A fragment's SQL without its leading comment lines (they describe it where it is defined)."""
+    return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--")).strip()

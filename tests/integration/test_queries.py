@@ -29,6 +29,7 @@ def _defined() -> dict[str, str]:
         for entry in folder.iterdir()
         if entry.name.endswith(".sql")
         for name in _NAME_RE.findall(entry.read_text("utf-8"))
+        if not name.startswith("_")  # a fragment, included by other blocks
     }
 
 

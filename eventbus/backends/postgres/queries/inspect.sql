@@ -159,16 +159,13 @@ SELECT ran_at FROM {schema}.maintenance WHERE name = 'prune';
 -- timeout, so a heavy filter can never hold a connection for long.
 SET LOCAL statement_timeout = '5s';
 
--- name: find_deliveries
--- The dashboard's delivery list: every filter optional, newest first below a
--- cursor id (one descending walk of the primary key, however deep the page).
--- The payload filter decodes JSON only for rows the cheaper filters kept.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
-WHERE ($1::text IS NULL OR s.name = $1)
+-- name: _delivery_filter
+-- The conditions of a DeliveryFilter, included by find_deliveries,
+-- count_deliveries and the id walks ($1 subscription, $2 status, $3 event
+-- type, $4 event id, $5 key, $6 correlation id, $7/$8 updated since/until,
+-- $9/$10 payload path and value, $11 ids): every one optional. The payload
+-- filter decodes JSON only for rows the cheaper conditions kept.
+($1::text IS NULL OR s.name = $1)
   AND ($2::text IS NULL OR d.status = $2)
   AND ($3::text IS NULL OR e.event_type = $3)
   AND ($4::bigint IS NULL OR d.event_id = $4)
@@ -178,6 +175,16 @@ WHERE ($1::text IS NULL OR s.name = $1)
   AND ($8::timestamptz IS NULL OR d.updated_at < $8)
   AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
   AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+
+-- name: find_deliveries
+-- The dashboard's delivery list: every filter optional, newest first below a
+-- cursor id (one descending walk of the primary key, however deep the page).
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE {_delivery_filter}
   AND ($12::bigint IS NULL OR d.id < $12)
 ORDER BY d.id DESC
 LIMIT $13;
@@ -190,16 +197,7 @@ SELECT count(*) FROM (
     FROM {schema}.deliveries d
     JOIN {schema}.subscriptions s ON s.id = d.subscription_id
     JOIN {schema}.events e ON e.id = d.event_id
-    WHERE ($1::text IS NULL OR s.name = $1)
-      AND ($2::text IS NULL OR d.status = $2)
-      AND ($3::text IS NULL OR e.event_type = $3)
-      AND ($4::bigint IS NULL OR d.event_id = $4)
-      AND ($5::text IS NULL OR e.key = $5)
-      AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
-      AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
-      AND ($8::timestamptz IS NULL OR d.updated_at < $8)
-      AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
-      AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+    WHERE {_delivery_filter}
     LIMIT $12
 ) capped;
 
@@ -211,16 +209,7 @@ SELECT d.id
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
-WHERE ($1::text IS NULL OR s.name = $1)
-  AND ($2::text IS NULL OR d.status = $2)
-  AND ($3::text IS NULL OR e.event_type = $3)
-  AND ($4::bigint IS NULL OR d.event_id = $4)
-  AND ($5::text IS NULL OR e.key = $5)
-  AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
-  AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
-  AND ($8::timestamptz IS NULL OR d.updated_at < $8)
-  AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
-  AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+WHERE {_delivery_filter}
   AND d.id > $12
 ORDER BY d.id
 LIMIT $13;
@@ -234,16 +223,7 @@ FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
 WHERE d.status = 'dead'
-  AND ($1::text IS NULL OR s.name = $1)
-  AND ($2::text IS NULL OR d.status = $2)
-  AND ($3::text IS NULL OR e.event_type = $3)
-  AND ($4::bigint IS NULL OR d.event_id = $4)
-  AND ($5::text IS NULL OR e.key = $5)
-  AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
-  AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
-  AND ($8::timestamptz IS NULL OR d.updated_at < $8)
-  AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
-  AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+  AND {_delivery_filter}
   AND d.id > $12
 ORDER BY d.id
 LIMIT $13;

@@ -132,21 +132,11 @@ GROUP BY 1;
 -- name: health_last_prune
 SELECT ran_at FROM maintenance WHERE name = 'prune';
 
--- name: find_deliveries
--- The dashboard's delivery list: every filter optional, newest first below a
--- cursor. :low_id and :high_id bound the walk (the cursor, the ids named) so
--- that it is one descending range read of the primary key, however deep the
--- page; :ids (a JSON array, or NULL) keeps only the deliveries named. The
--- payload filter parses JSON only for rows the cheaper filters kept.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
-FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
-WHERE d.id BETWEEN :low_id AND :high_id
-  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
-  AND (:status IS NULL OR d.status = :status)
-  AND (:subscription IS NULL OR s.name = :subscription)
+-- name: _delivery_filter
+-- The conditions of a DeliveryFilter past its id bounds and status, included
+-- by find_deliveries, count_deliveries and the id walks: every one optional.
+-- The payload filter parses JSON only for rows the cheaper conditions kept.
+(:subscription IS NULL OR s.name = :subscription)
   AND (:event_type IS NULL OR e.event_type = :event_type)
   AND (:event_id IS NULL OR d.event_id = :event_id)
   AND (:key IS NULL OR e.key = :key)
@@ -156,6 +146,21 @@ WHERE d.id BETWEEN :low_id AND :high_id
   AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
         WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
         ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+
+-- name: find_deliveries
+-- The dashboard's delivery list: every filter optional, newest first below a
+-- cursor. :low_id and :high_id bound the walk (the cursor, the ids named) so
+-- that it is one descending range read of the primary key, however deep the
+-- page; :ids (a JSON array, or NULL) keeps only the deliveries named.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND (:status IS NULL OR d.status = :status)
+  AND {_delivery_filter}
 ORDER BY d.id DESC
 LIMIT :limit;
 
@@ -170,16 +175,7 @@ SELECT count(*) FROM (
     WHERE d.id BETWEEN :low_id AND :high_id
       AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
       AND (:status IS NULL OR d.status = :status)
-      AND (:subscription IS NULL OR s.name = :subscription)
-      AND (:event_type IS NULL OR e.event_type = :event_type)
-      AND (:event_id IS NULL OR d.event_id = :event_id)
-      AND (:key IS NULL OR e.key = :key)
-      AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
-      AND (:since IS NULL OR d.updated_at >= :since)
-      AND (:until IS NULL OR d.updated_at < :until)
-      AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
-            WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
-            ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+      AND {_delivery_filter}
     LIMIT :cap
 );
 
@@ -194,16 +190,7 @@ JOIN events e ON e.id = d.event_id
 WHERE d.id > :after_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
   AND (:status IS NULL OR d.status = :status)
-  AND (:subscription IS NULL OR s.name = :subscription)
-  AND (:event_type IS NULL OR e.event_type = :event_type)
-  AND (:event_id IS NULL OR d.event_id = :event_id)
-  AND (:key IS NULL OR e.key = :key)
-  AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
-  AND (:since IS NULL OR d.updated_at >= :since)
-  AND (:until IS NULL OR d.updated_at < :until)
-  AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
-        WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
-        ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+  AND {_delivery_filter}
 ORDER BY d.id
 LIMIT :limit;
 
@@ -218,16 +205,7 @@ JOIN events e ON e.id = d.event_id
 WHERE d.status = 'dead'
   AND d.id > :after_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
-  AND (:subscription IS NULL OR s.name = :subscription)
-  AND (:event_type IS NULL OR e.event_type = :event_type)
-  AND (:event_id IS NULL OR d.event_id = :event_id)
-  AND (:key IS NULL OR e.key = :key)
-  AND (:correlation_id IS NULL OR e.correlation_id = :correlation_id OR e.id = :correlation_id)
-  AND (:since IS NULL OR d.updated_at >= :since)
-  AND (:until IS NULL OR d.updated_at < :until)
-  AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
-        WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
-        ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+  AND {_delivery_filter}
 ORDER BY d.id
 LIMIT :limit;
 
