@@ -10,7 +10,7 @@ lenient conversion (``strict=False``), as do its 0/1 booleans.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -21,7 +21,7 @@ __all__ = ["row_as", "rows_as"]
 T = TypeVar("T")
 
 
-def _mapping(row: Any, json: Sequence[str], renames: Mapping[str, str] | None) -> dict[str, Any]:
+def _mapping(row: Any, json: Sequence[str]) -> dict[str, Any]:
     # A driver row iterates its values in the order of its keys: zipping the two
     # is twice as fast as looking each column up by name.
     data = dict(row) if isinstance(row, dict) else dict(zip(row.keys(), row, strict=True))
@@ -29,10 +29,6 @@ def _mapping(row: Any, json: Sequence[str], renames: Mapping[str, str] | None) -
         value = data.get(name)
         if isinstance(value, (str, bytes)):
             data[name] = orjson.loads(value)
-    if renames:
-        for old, new in renames.items():
-            if old in data:
-                data[new] = data.pop(old)
     return data
 
 
@@ -41,17 +37,14 @@ def row_as(
     row: Any,
     *,
     json: Sequence[str] = (),
-    renames: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> T:
     """``row`` as a ``cls``: its columns by name, ``json`` columns decoded, ``extra`` fields added."""
-    data = _mapping(row, json, renames)
+    data = _mapping(row, json)
     data.update(extra)
     return msgspec.convert(data, cls, strict=False)
 
 
-def rows_as(
-    cls: type[T], rows: Iterable[Any], *, json: Sequence[str] = (), renames: Mapping[str, str] | None = None
-) -> list[T]:
+def rows_as(cls: type[T], rows: Iterable[Any], *, json: Sequence[str] = ()) -> list[T]:
     """:func:`row_as` for each of ``rows``, in order."""
-    return [row_as(cls, row, json=json, renames=renames) for row in rows]
+    return [row_as(cls, row, json=json) for row in rows]

@@ -66,7 +66,7 @@ class PgRetention:
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
             row = await conn.fetchrow(self.q["prune_batch"], *args)
         # ``young`` is NULL for an empty batch (the end of the log).
-        return row_as(PruneBatch, row, renames={"last_id": "last_event_id"}, young=bool(row["young"]))
+        return row_as(PruneBatch, row, last_event_id=row["last_id"], young=bool(row["young"]))
 
     async def record_prune(self, report: dict[str, Any]) -> None:
         """Note that a pass ran, with its summary (``status`` shows when)."""
