@@ -52,6 +52,21 @@ class PgServer:
         self._ctl("start")
         return self
 
+    def start_standby_of(self, primary: PgServer) -> PgServer:
+        """Start as a streaming replica of ``primary`` (``pg_basebackup -R``) on a port of its own."""
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+            "-D", str(self.data), "-R", "-X", "stream", "--no-sync",
+        )  # fmt: skip
+        self._ctl("start")
+        return self
+
+    def promote(self) -> None:
+        """Promote this standby to a primary and wait until it accepts writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
     def _ctl(self, action: str, mode: str = "fast") -> None:
         opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
         args = ["pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60"]
