@@ -311,6 +311,9 @@ class StatusReport(msgspec.Struct, frozen=True):
     horizon: HorizonHolder | None = None
     """PostgreSQL only: None when no other transaction holds a snapshot."""
     last_prune_at: datetime | None = None
+    replica_lag_seconds: float | None = None
+    """PostgreSQL with ``read_dsn`` only: how far the replica that answered was behind
+    (0 when it had replayed everything it received)."""
 
 
 class ScheduleInfo(msgspec.Struct, frozen=True):

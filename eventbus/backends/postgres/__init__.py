@@ -7,10 +7,12 @@ and one object per port on it, each in the module named after its port.
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from ..base import Backend
 from ._db import DEAD_CLIENT_SECONDS, STATEMENT_LIFETIME_SECONDS, PgDb
+from ._reads import ReadPool
 from .delivery import PgDeliveries
 from .inspect import PgInspector
 from .operate import PgOperator
@@ -25,6 +27,12 @@ __all__ = ["PostgresBackend"]
 
 class PostgresBackend:
     """Stores the bus in one PostgreSQL schema; ``migrate`` applies pending migrations on open.
+
+    ``read_dsn`` (``Bus(dsn, read_dsn=…)`` or ``EVENTBUS_READ_DSN``): a replica
+    that answers the inspection reads (status, listings, counts, traces, single
+    deliveries and events) through a small read-only pool; claims, results,
+    operator actions and the id walks before them stay on the primary
+    (see :mod:`eventbus.backends.postgres._reads`).
 
     ``dead_client_seconds`` (``Bus(dsn, dead_client_seconds=…)``): how soon the
     server ends a session of this bus whose client stopped answering, releasing
@@ -44,6 +52,7 @@ class PostgresBackend:
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
         dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
+        read_dsn: str | None = None,
         migrate: bool = False,
     ) -> None:
         self.db = PgDb(
@@ -59,7 +68,10 @@ class PostgresBackend:
         """The PostgreSQL schema the bus's tables live in."""
         self.wakeups = PgWakeups(self.db)
         self.deliveries = PgDeliveries(self.db, self.wakeups)
-        self.inspect = PgInspector(self.db)
+        read_dsn = read_dsn or os.environ.get("EVENTBUS_READ_DSN")
+        self.reads = None if not read_dsn else ReadPool(read_dsn, self.db.server_settings, command_timeout)
+        """The read-only pool of ``read_dsn`` (a replica), when the bus has one."""
+        self.inspect = PgInspector(self.db, self.reads)
         self.operate = PgOperator(self.db)
         self.retention = PgRetention(self.db)
         self.schedules = PgSchedules(self.db)
@@ -74,6 +86,8 @@ class PostgresBackend:
     async def aclose(self) -> None:
         """Let a publish in flight finish, then release every connection; safe to call twice."""
         await self.db.aclose()
+        if self.reads is not None:
+            await self.reads.aclose()
 
 
 _: type[Backend] = PostgresBackend
