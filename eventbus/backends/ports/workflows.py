@@ -101,8 +101,10 @@ class WorkflowTransition(msgspec.Struct, frozen=True):
     Guarded by ``expected_version`` (and by ``lease`` = (delivery id, lease
     token) when a visit commits it): when the pointer moved on, nothing is
     written. ``step`` is the reason of the next step event (None: none is
-    published), due after ``step_delay`` seconds, or at once when an open
-    signal named in ``wake_on`` exists.
+    published), due after ``step_delay`` seconds. When an open signal named in
+    ``wake_on`` exists at commit, the step is due at once, and one is published
+    even when ``step`` is None (a signal that arrived during the visit, which
+    saw the instance running and so woke nothing).
     """
 
     machine: str

@@ -149,12 +149,12 @@ class PgWorkflows:
         if version is None:
             return None
         await self._ledger(conn, t, version)
-        if t.step is not None:
-            delay = t.step_delay
-            if delay > 0 and t.wake_on:
-                found = await conn.fetchval(self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on))
-                delay = 0.0 if found else delay
-            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, t.step, delay)])
+        step, delay = t.step, t.step_delay
+        if t.wake_on and (step is None or delay > 0):
+            if await conn.fetchval(self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on)):
+                step, delay = step or "wake", 0.0
+        if step is not None:
+            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, step, delay)])
         return int(version)
 
     async def _ledger(self, conn: Any, t: WorkflowTransition, version: int) -> None:

@@ -209,14 +209,14 @@ def commit(
     version, run_id = int(moved[0][0]), int(moved[0][1])
     conn.execute(q["wf_history_insert"], {**params, "version": version, "run_id": run_id})
     _ledger(conn, q, now, t, version)
-    if t.step is None:
-        return version, set()
-    delay = t.step_delay
-    if delay > 0 and t.wake_on:
+    step, delay = t.step, t.step_delay
+    if t.wake_on and (step is None or delay > 0):
         names = orjson.dumps(list(t.wake_on)).decode()
-        found = conn.execute(q["wf_signal_waiting"], {**params, "names": names}).fetchone()[0]
-        delay = 0.0 if found else delay
-    _, types = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, t.step, delay)])
+        if conn.execute(q["wf_signal_waiting"], {**params, "names": names}).fetchone()[0]:
+            step, delay = step or "wake", 0.0
+    if step is None:
+        return version, set()
+    _, types = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, step, delay)])
     return version, types
 
 

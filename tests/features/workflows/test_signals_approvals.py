@@ -188,3 +188,34 @@ async def test_a_paused_request_waits_again_after_resume_and_still_expires(wbus:
     assert len(await wbus.workflows.approvals(hurry, "paused")) == 1, (
         "the open request is kept, not asked again"
     )
+
+
+hooked = Machine("hooked", checkpoint=Wait, key=lambda c: c.key)
+"""A state that waits for its signal with no poll: only the signal wakes it."""
+senders: dict[str, Bus] = {}
+
+
+@hooked.state(
+    initial=True, on_success="DONE", on_failure="DONE", continue_run=False, wake_on="go", max_visits=3
+)
+async def HOOK(c: Wait, ctx: StepContext) -> Yield | None:
+    payload = ctx.signal("go")
+    if payload is not None:
+        c.got.append(payload)
+        return None
+    if ctx.visit == 1:  # the callback lands while this visit still runs
+        assert await senders[c.key].workflows.signal(hooked, c.key, "go", "mid-visit")
+    return Yield()
+
+
+hooked.terminal("DONE")
+
+
+async def test_a_signal_sent_during_the_visit_of_a_wait_with_no_poll_wakes_it(bus: Bus) -> None:
+    bus.include(hooked)
+    senders["mid"] = bus
+    await bus.workflows.start(hooked, Wait(key="mid"))
+    await finish(bus, hooked, ["mid"], timeout=10)
+    inst = await bus.workflows.instance(hooked, "mid")
+    assert (inst.state, inst.checkpoint.got, inst.visits) == ("DONE", ["mid-visit"], {"HOOK": 2})
+    assert [r.outcome for r in await bus.workflows.history(hooked, "mid")] == ["yield", "ok"]
