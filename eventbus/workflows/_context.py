@@ -65,6 +65,8 @@ class StepContext:
         effects run in reverse order. ``compensate`` must be registered with
         ``@machine.compensation``.
         """
+        if not isinstance(kind, str) or not kind or "\x00" in kind:
+            raise ConfigurationError(f"an effect's kind is a non-empty str without NUL, not {kind!r}")
         name = compensate if isinstance(compensate, str) or compensate is None else compensate.__name__
         if name is not None and name not in self._compensations:
             raise ConfigurationError(f"compensation {name!r} is not registered with @machine.compensation")

@@ -26,10 +26,10 @@ from ..backends.base import (
     WorkflowHistoryEntry,
     WorkflowTransition,
 )
-from ..errors import ConfigurationError, GuardMismatch, UndeclaredState
+from ..errors import ConfigurationError, DecodeError, GuardMismatch, UndeclaredState
 from ..types import WorkflowApprovalRow, WorkflowEffectRow, WorkflowInstance
-from ._machine import COMPENSATING, FAILED, MAX_RETRIES, UNCERTAIN, Machine, State, seconds
-from ._outcomes import Fail, Goto, Uncertain, Yield
+from ._machine import COMPENSATING, FAILED, MAX_RETRIES, UNCERTAIN, Machine, State
+from ._outcomes import Fail, Goto, Uncertain, Yield, seconds
 
 __all__ = [
     "ACTIVE",
@@ -137,7 +137,8 @@ class Ran:
     result: object
     checkpoint: bytes | None
     """The checkpoint as the state left it, encoded; None keeps the one read."""
-    started: float
+    started: float | None
+    """Epoch seconds when it started; None when it failed before it ran (the commit time is recorded)."""
     consumed: tuple[int, ...] = ()
     effects: tuple[WorkflowEffect, ...] = ()
 
@@ -152,7 +153,16 @@ class Compensated:
 
 
 def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:4000]
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose __str__ fails still fails its visit, with its type
+        text = "(its message cannot be read)"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _clean(text: str | None) -> str | None:
+    """Text as the history stores it: NUL (which PostgreSQL refuses) made visible, at most 4000 characters."""
+    return None if text is None else text.replace("\x00", "\\x00")[:4000]
 
 
 # -- the shape every transition is written in ----------------------------------------------
@@ -175,9 +185,9 @@ def _entry(
         visit=visit if visit is not None else inst.visits.get(name, 0),
         outcome=outcome,
         actor=by.actor,
-        error_code=error[0] if error else None,
-        error=error[1] if error else None,
-        reason=reason,
+        error_code=_clean(error[0]) if error else None,
+        error=_clean(error[1]) if error else None,
+        reason=_clean(reason),
         delivery_id=by.delivery_id,
         started_at=started,
     )
@@ -186,7 +196,9 @@ def _entry(
 def _write(
     inst: WorkflowInstance, move: Move, entry: WorkflowHistoryEntry, by: Writer, w: Writes = Writes()
 ) -> WorkflowTransition:
-    code, text = w.error if w.error is not None else (inst.last_error_code, inst.last_error)
+    code, text = inst.last_error_code, inst.last_error
+    if w.error is not None:
+        code, text = _clean(w.error[0]), _clean(w.error[1])
     return WorkflowTransition(
         machine=inst.machine, key=inst.key, expected_version=inst.version, run_id=inst.run_id,
         state=move.state, status=move.status, visits=w.visits if w.visits is not None else inst.visits,
@@ -246,7 +258,12 @@ def plan(m: Machine[Any], facts: WorkflowFacts, by: Writer) -> Plan:
     if cap is not None:
         entry = _entry(inst, "cap", by, reason=cap)
         return _transition(m, facts, MAX_RETRIES, entry, by, Writes(error=("max-retries", cap)))
-    run = RunState(state, inst.visits.get(state.name, 0) + 1, m.decode(inst.checkpoint))
+    try:
+        checkpoint = m.decode(inst.checkpoint)
+    except DecodeError as exc:  # no state can run on it: the run fails, the error in its history
+        error = ("checkpoint-undecodable", str(exc))
+        return _transition(m, facts, FAILED, _entry(inst, "error", by, error=error), by, Writes(error=error))
+    run = RunState(state, inst.visits.get(state.name, 0) + 1, checkpoint)
     return run if state.approval is None else _approval_gate(m, facts, run, by)
 
 
@@ -268,7 +285,10 @@ def _approval_gate(m: Machine[Any], facts: WorkflowFacts, run: RunState, by: Wri
     """Run under the approval of this exact input, act on its decision, or (re)request one."""
     inst, state, spec = facts.instance, run.state, run.state.approval
     assert spec is not None
-    data = spec.input_of(run.checkpoint)
+    try:
+        data = spec.input_of(run.checkpoint)
+    except Exception as exc:  # the approval's input function is the state's code: its failure edge
+        return _decide_run(m, facts, Ran(run, exc, None, None), by)
     digest = spec.hash_of(data)
     rows = [
         r

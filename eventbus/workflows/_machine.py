@@ -16,12 +16,13 @@ from ..errors import (
     ConfigurationError,
     DecodeError,
     DefinitionError,
+    InvalidCheckpoint,
     UncappedCycle,
     UndeclaredState,
     UnreachableState,
 )
 from ..event import Event
-from ._outcomes import Outcome
+from ._outcomes import Outcome, seconds
 
 if TYPE_CHECKING:
     from ._context import StepContext
@@ -63,16 +64,6 @@ _MACHINE_RE = re.compile(r"^[a-z][a-z0-9_\-]{0,62}$")
 _STATE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 
 
-def seconds(value: timedelta | float | None) -> float | None:
-    """A duration in seconds (None stays None); negative durations are refused."""
-    if value is None:
-        return None
-    out = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if out < 0:
-        raise ConfigurationError("durations cannot be negative")
-    return out
-
-
 class StepEvent(Event, frozen=True):
     """Fields of the internal step event; each machine has its own event type."""
 
@@ -102,6 +93,9 @@ class Approval:
     on_deny: str
     on_timeout: str
     input: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        seconds(self.timeout)
 
     def input_of(self, checkpoint: Any) -> bytes:
         return msgspec.json.encode(checkpoint if self.input is None else self.input(checkpoint))
@@ -275,13 +269,25 @@ class Machine(Generic[C]):
         return name in self.states or name in self.terminals or name in (UNCERTAIN, COMPENSATING)
 
     def encode(self, checkpoint: C) -> bytes:
-        """The checkpoint as stored; :class:`CheckpointTooLarge` over the bound."""
-        data = msgspec.json.encode(checkpoint)
+        """The checkpoint as stored; :class:`CheckpointTooLarge` over the bound.
+
+        :class:`InvalidCheckpoint` when it would not decode again: msgspec
+        encodes a field of the wrong type (a str in an ``int`` field) that every
+        later visit would then fail to read, so the round trip is checked here.
+        """
+        try:
+            data = msgspec.json.encode(checkpoint)
+        except (TypeError, ValueError) as exc:
+            raise InvalidCheckpoint(f"checkpoint of {self.name!r} does not encode: {exc}") from exc
         if len(data) > self.max_checkpoint_bytes:
             raise CheckpointTooLarge(
                 f"checkpoint of {self.name!r} is {len(data)} bytes, over max_checkpoint_bytes="
                 f"{self.max_checkpoint_bytes}"
             )
+        try:
+            self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise InvalidCheckpoint(f"checkpoint of {self.name!r} does not match its type: {exc}") from exc
         return data
 
     def decode(self, data: bytes) -> C:
