@@ -422,9 +422,11 @@ class WorkflowHistoryRow(msgspec.Struct, frozen=True):
 
 
 class WorkflowSignalRow(msgspec.Struct, frozen=True):
-    """A durable signal sent to an instance; ``consumed_version`` is set once a transition took it."""
+    """A durable signal sent to one run of an instance; ``consumed_version`` is set once consumed."""
 
     id: int
+    run_id: int
+    """The run it was sent to: only a visit of that run reads it."""
     name: str
     dedupe: str | None
     payload: bytes

@@ -31,12 +31,14 @@ from .retention import PruneBatch, RetentionStore
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
+    SignalResult,
     WorkflowApprovalRequest,
     WorkflowEffect,
     WorkflowFacts,
     WorkflowHistoryEntry,
     WorkflowStore,
     WorkflowTransition,
+    signal_target,
     workflow_step,
 )
 
@@ -56,6 +58,7 @@ __all__ = [
     "SchedulePlanner",
     "ScheduleStore",
     "SchemaStore",
+    "SignalResult",
     "SubscriptionSpec",
     "TickPlan",
     "Wakeups",
@@ -66,6 +69,7 @@ __all__ = [
     "WorkflowStore",
     "WorkflowTransition",
     "decode_headers",
+    "signal_target",
     "warn_not_active",
     "workflow_step",
 ]

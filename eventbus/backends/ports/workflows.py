@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import orjson
@@ -19,14 +19,32 @@ from ...types import (
 from .delivery import OutgoingEvent
 
 __all__ = [
+    "SignalResult",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
     "WorkflowFacts",
     "WorkflowHistoryEntry",
     "WorkflowStore",
     "WorkflowTransition",
+    "signal_target",
     "workflow_step",
 ]
+
+
+SignalResult = Literal["sent", "duplicate", "missing", "ended"]
+"""What :meth:`WorkflowStore.signal` did with a signal."""
+
+LIVE_STATUSES = frozenset({"pending", "running", "waiting", "waiting_approval", "paused", "uncertain"})
+"""Statuses of a run that has not ended: a signal is kept for it."""
+
+
+def signal_target(pointer: Any, run_id: int | None) -> SignalResult | None:
+    """Why a signal cannot be stored for the instance ``pointer`` (None: it can, for its run)."""
+    if pointer is None or (run_id is not None and run_id > pointer["run_id"]):
+        return "missing"
+    if (run_id is not None and run_id < pointer["run_id"]) or pointer["status"] not in LIVE_STATUSES:
+        return "ended"
+    return None
 
 
 def workflow_step(machine: str, key: str, version: int, reason: str, delay: float = 0.0) -> OutgoingEvent:
@@ -211,11 +229,15 @@ class WorkflowStore(Protocol):
         payload: bytes,
         dedupe: str | None,
         wake_states: Sequence[str],
-    ) -> bool:
-        """Store a signal (False when its dedupe id was already taken).
+        run_id: int | None = None,
+    ) -> SignalResult:
+        """Store a signal for the instance's live run (``run_id`` when given, which must be it).
 
-        In the same transaction, an instance that is ``waiting`` in one of
-        ``wake_states`` gets a step event for its current version.
+        ``"sent"`` when stored; ``"duplicate"`` when its dedupe id was already
+        taken in that run; ``"missing"`` when there is no instance (or no run
+        ``run_id``); ``"ended"`` when the run is over (a newer run does not
+        take it). In the same transaction, an instance that is ``waiting`` in
+        one of ``wake_states`` gets a step event for its current version.
         """
         ...
 

@@ -18,7 +18,14 @@ from ...types import (
     WorkflowSignalRow,
 )
 from .._rows import row_as, rows_as
-from ..ports import OutgoingEvent, WorkflowFacts, WorkflowTransition, workflow_step
+from ..ports import (
+    OutgoingEvent,
+    SignalResult,
+    WorkflowFacts,
+    WorkflowTransition,
+    signal_target,
+    workflow_step,
+)
 from ._db import PgDb
 
 __all__ = ["PgWorkflows"]
@@ -151,7 +158,8 @@ class PgWorkflows:
         await self._ledger(conn, t, version)
         step, delay = t.step, t.step_delay
         if t.wake_on and (step is None or delay > 0):
-            if await conn.fetchval(self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on)):
+            waiting = self.q["wf_signal_waiting"]
+            if await conn.fetchval(waiting, t.machine, t.key, list(t.wake_on), t.run_id):
                 step, delay = step or "wake", 0.0
         if step is not None:
             await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, step, delay)])
@@ -229,17 +237,23 @@ class PgWorkflows:
         payload: bytes,
         dedupe: str | None,
         wake_states: Sequence[str],
-    ) -> bool:
-        """Store a signal and wake an instance waiting for it (see ``WorkflowStore.signal``)."""
+        run_id: int | None = None,
+    ) -> SignalResult:
+        """Store a signal for the live run and wake it if it waits (see ``WorkflowStore.signal``)."""
         async with self.db.tx() as conn:
             pointer = await conn.fetchrow(self.q["wf_lock"], machine, key)
-            new_id = await conn.fetchval(self.q["wf_signal_insert"], machine, key, name, dedupe, payload)
+            refused = signal_target(pointer, run_id)
+            if refused is not None:
+                return refused
+            new_id = await conn.fetchval(
+                self.q["wf_signal_insert"], machine, key, name, dedupe, payload, pointer["run_id"]
+            )
             if new_id is None:
-                return False
-            if pointer is not None and pointer["status"] == "waiting" and pointer["state"] in wake_states:
+                return "duplicate"
+            if pointer["status"] == "waiting" and pointer["state"] in wake_states:
                 step = workflow_step(machine, key, pointer["version"], f"signal-{new_id}")
                 await self._publish_steps(conn, [step])
-        return True
+        return "sent"
 
     async def approvals(self, machine: str, key: str) -> builtins.list[WorkflowApprovalRow]:
         """Every approval of an instance, oldest first."""

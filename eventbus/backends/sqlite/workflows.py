@@ -22,7 +22,14 @@ from ...types import (
     WorkflowSignalRow,
 )
 from .._rows import row_as, rows_as
-from ..base import OutgoingEvent, WorkflowFacts, WorkflowTransition, workflow_step
+from ..ports import (
+    OutgoingEvent,
+    SignalResult,
+    WorkflowFacts,
+    WorkflowTransition,
+    signal_target,
+    workflow_step,
+)
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import publish
@@ -89,11 +96,12 @@ class SQLiteWorkflows:
         payload: bytes,
         dedupe: str | None,
         wake_states: Sequence[str],
-    ) -> bool:
+        run_id: int | None = None,
+    ) -> SignalResult:
         params = {"machine": machine, "key": key, "name": name, "dedupe": dedupe, "payload": payload}
-        inserted, types = await self._db.write(signal, params, list(wake_states))
+        result, types = await self._db.write(signal, params, list(wake_states), run_id)
         self._db.wake(types)
-        return inserted
+        return result
 
     async def approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
         found = await self._db.fetch("wf_approvals", {"machine": machine, "key": key})
@@ -211,8 +219,8 @@ def commit(
     _ledger(conn, q, now, t, version)
     step, delay = t.step, t.step_delay
     if t.wake_on and (step is None or delay > 0):
-        names = orjson.dumps(list(t.wake_on)).decode()
-        if conn.execute(q["wf_signal_waiting"], {**params, "names": names}).fetchone()[0]:
+        found = {**params, "names": orjson.dumps(list(t.wake_on)).decode(), "run_id": t.run_id}
+        if conn.execute(q["wf_signal_waiting"], found).fetchone()[0]:
             step, delay = step or "wake", 0.0
     if step is None:
         return version, set()
@@ -262,17 +270,21 @@ def signal(
     now: float,
     params: dict[str, Any],
     wake_states: Sequence[str],
-) -> tuple[bool, set[str]]:
-    params = {**params, "now": now}
+    run_id: int | None,
+) -> tuple[SignalResult, set[str]]:
     pointer = conn.execute(q["wf_lock"], params).fetchone()
+    refused = signal_target(pointer, run_id)
+    if refused is not None:
+        return refused, set()
+    params = {**params, "now": now, "run_id": pointer["run_id"]}
     inserted = conn.execute(q["wf_signal_insert"], params).fetchall()
     if not inserted:
-        return False, set()
-    if pointer is None or pointer["status"] != "waiting" or pointer["state"] not in wake_states:
-        return True, set()
+        return "duplicate", set()
+    if pointer["status"] != "waiting" or pointer["state"] not in wake_states:
+        return "sent", set()
     step = workflow_step(params["machine"], params["key"], pointer["version"], f"signal-{inserted[0][0]}")
     _, types = publish_steps(conn, q, now, [step])
-    return True, types
+    return "sent", types
 
 
 def publish_steps(

@@ -7,7 +7,8 @@ from datetime import timedelta
 import msgspec
 import pytest
 
-from eventbus import Bus, GuardMismatch, UnknownApproval
+from eventbus import Bus, GuardMismatch, UnknownApproval, UnknownInstance
+from eventbus.errors import RunEnded
 from eventbus.workflows import Approval, Fail, Machine, StepContext, Yield
 
 from ._support import finish, run_until, status_is
@@ -83,14 +84,49 @@ async def wbus(bus: Bus) -> Bus:
 
 
 async def test_a_signal_sent_before_the_wait_is_kept(wbus: Bus) -> None:
+    await wbus.workflows.start(sig, Wait(key="early"))  # no worker yet: the wait has not begun
     assert await wbus.workflows.signal(sig, "early", "go", {"n": 1}, id="s-1")
     assert not await wbus.workflows.signal(sig, "early", "go", {"n": 2}, id="s-1"), "same id: deduplicated"
-    await wbus.workflows.start(sig, Wait(key="early"))
     await finish(wbus, sig, ["early"], timeout=10)
     inst = await wbus.workflows.instance(sig, "early")
     assert inst.checkpoint.got == [{"n": 1}] and inst.visits == {"WAIT": 1}
     rows = await wbus.workflows.signals(sig, "early")
     assert len(rows) == 1 and rows[0].consumed_version == inst.version
+
+
+async def test_signals_belong_to_one_run(wbus: Bus) -> None:
+    await wbus.workflows.start(sig, Wait(key="runs"))
+    assert await wbus.workflows.signal(sig, "runs", "go", "job-1 done", id="job-1")
+    await finish(wbus, sig, ["runs"], timeout=10)
+    with pytest.raises(RunEnded):  # a late or repeated callback of the finished run 1
+        await wbus.workflows.signal(sig, "runs", "go", "job-1 done again", id="job-1")
+    with pytest.raises(RunEnded):
+        await wbus.workflows.signal(sig, "runs", "go", "job-1 late")
+    second = await wbus.workflows.start(sig, Wait(key="runs"))
+    assert second.run_id == 2
+    with pytest.raises(RunEnded):
+        await wbus.workflows.signal(sig, "runs", "go", "for run 1", run_id=1)
+    with pytest.raises(UnknownInstance):
+        await wbus.workflows.signal(sig, "runs", "go", "for run 3", run_id=3)
+    await run_until(wbus, lambda: status_is(wbus, sig, "runs", "waiting"))
+    assert (await wbus.workflows.instance(sig, "runs")).checkpoint.got == [], "run 2 read nothing of run 1"
+    assert await wbus.workflows.signal(sig, "runs", "go", "job-2 done", id="job-1", run_id=2), (
+        "a dedupe id is unique per run"
+    )
+    await finish(wbus, sig, ["runs"], timeout=10)
+    inst = await wbus.workflows.instance(sig, "runs")
+    assert (inst.run_id, inst.checkpoint.got) == (2, ["job-2 done"])
+    rows = await wbus.workflows.signals(sig, "runs")
+    assert [(r.run_id, r.payload, r.consumed_version is not None) for r in rows] == [
+        (1, b'"job-1 done"', True),
+        (2, b'"job-2 done"', True),
+    ]
+
+
+async def test_a_signal_to_a_key_with_no_instance_is_refused(wbus: Bus) -> None:
+    with pytest.raises(UnknownInstance, match="no instance 'nobody'"):
+        await wbus.workflows.signal(sig, "nobody", "go", 1)
+    assert await wbus.workflows.signals(sig, "nobody") == []
 
 
 async def test_a_signal_wakes_a_waiting_state_long_before_its_poll(wbus: Bus) -> None:
