@@ -451,7 +451,8 @@ class WorkflowApprovalRow(msgspec.Struct, frozen=True):
     decided_at: datetime | None
     reason: str | None
     consumed_version: int | None = None
-    """Set once a transition acted on the decision: a decision is used once."""
+    """The version of the transition that closed it (ran the state under it, took the deny or
+    timeout edge, or superseded it): a decision is used once, by the visit that asked for it."""
 
 
 class WorkflowEffectRow(msgspec.Struct, frozen=True):

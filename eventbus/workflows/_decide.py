@@ -239,7 +239,38 @@ def _transition(
     step: str = "next",
 ) -> WorkflowTransition:
     move = _move_to(m, facts, target, bool(w.effects), step)
-    return _write(facts.instance, move, entry, by, w)
+    return _write(facts.instance, move, entry, by, _closing(facts, target, w))
+
+
+def _closing(facts: WorkflowFacts, target: str, w: Writes) -> Writes:
+    """Leaving a state closes its open approvals: a decision is used only by the visit that asked.
+
+    A pending request is superseded whether or not it was approved meanwhile
+    (each guard is tried; the one matching the row at commit applies), so a
+    decision made while the instance was elsewhere never runs a later visit.
+    """
+    inst = facts.instance
+    if target == inst.state:
+        return w
+    taken = {update[0] for update in w.approvals}
+    rows = [
+        r
+        for r in facts.approvals
+        if r.state == inst.state and r.run_id == inst.run_id and r.consumed_version is None
+        and r.id not in taken
+    ]  # fmt: skip
+    close = _supersede(rows)
+    return replace(w, approvals=w.approvals + close) if close else w
+
+
+def _supersede(rows: list[WorkflowApprovalRow]) -> tuple[tuple[int, str, str], ...]:
+    """Updates closing the open ``rows``; a pending one is closed even if approved meanwhile."""
+    return tuple(
+        (r.id, status, "superseded")
+        for r in rows
+        if r.status in ("pending", "approved")
+        for status in (("pending", "approved") if r.status == "pending" else ("approved",))
+    )
 
 
 # -- before anything runs -----------------------------------------------------------------
@@ -296,53 +327,62 @@ def _approval_gate(m: Machine[Any], facts: WorkflowFacts, run: RunState, by: Wri
         if r.run_id == inst.run_id and r.state == state.name and r.consumed_version is None
     ]
     for r in (r for r in rows if r.input_hash == digest):
+        if r.status in ("approved", "pending") and r.expires_at <= inst.now:
+            return _decided(m, facts, run, r, by)  # a decision counts only before it expires
         if r.status == "approved":
             return RunState(state, run.visit, run.checkpoint, r)
-        if r.status == "denied" or (r.status == "pending" and r.expires_at <= inst.now):
-            return _decided(m, facts, state, r, by)
+        if r.status == "denied":
+            return _decided(m, facts, run, r, by)
         if r.status == "pending" and inst.status == "waiting_approval":
             return None  # still waiting: an early or repeated wake-up writes nothing
         if r.status == "pending":  # resumed or repointed while the request is open: wait again
             left = (r.expires_at - inst.now).total_seconds()
             move = Move(state.name, "waiting_approval", "approval-timeout", left, left)
             return _write(inst, move, _entry(inst, "approval-wait", by), by)
-    return _request(facts.instance, state, data, digest, rows, by)
+    return _request(facts.instance, run, data, digest, rows, by)
 
 
 def _decided(
-    m: Machine[Any], facts: WorkflowFacts, state: State, r: WorkflowApprovalRow, by: Writer
+    m: Machine[Any], facts: WorkflowFacts, run: RunState, r: WorkflowApprovalRow, by: Writer
 ) -> WorkflowTransition:
-    """A denied or expired request: take the approval's ``on_deny`` or ``on_timeout`` edge."""
-    inst, spec = facts.instance, state.approval
+    """A denied or expired request: take the approval's ``on_deny`` or ``on_timeout`` edge.
+
+    The round counts as a visit of the state, so ``max_visits`` caps a state
+    whose timeout edge asks again. An approval that expired before its visit
+    ran (the worker was down, or a crashed visit runs again) is expired too.
+    """
+    inst, state, spec = facts.instance, run.state, run.state.approval
     assert spec is not None
+    visits = {**inst.visits, state.name: run.visit}
     if r.status == "denied":
-        entry = _entry(inst, "denied", by, reason=r.reason)
-        entry = msgspec.structs.replace(entry, actor=f"operator:{r.decided_by}")
         error = ("denied", f"denied by {r.decided_by}: {r.reason or ''}")
-        w = Writes(error=error, approvals=((r.id, "denied", "denied"),))
+        entry = _entry(inst, "denied", by, visit=run.visit, error=error, reason=r.reason)
+        entry = msgspec.structs.replace(entry, actor=f"operator:{r.decided_by}")
+        w = Writes(error=error, visits=visits, approvals=((r.id, "denied", "denied"),))
         return _transition(m, facts, spec.on_deny, entry, by, w)
-    entry = _entry(inst, "expired", by, reason=f"approval {r.id} expired")
-    w = Writes(
-        error=("approval-expired", f"approval {r.id} expired"), approvals=((r.id, "pending", "expired"),)
-    )
+    text = f"approval {r.id} expired"
+    if r.status == "approved":
+        text += f" before its visit ran (approved by {r.decided_by})"
+    entry = _entry(inst, "expired", by, visit=run.visit, error=("approval-expired", text), reason=text)
+    w = Writes(error=("approval-expired", text), visits=visits, approvals=((r.id, r.status, "expired"),))
     return _transition(m, facts, spec.on_timeout, entry, by, w)
 
 
 def _request(
     inst: WorkflowInstance,
-    state: State,
+    run: RunState,
     data: bytes,
     digest: str,
     rows: list[WorkflowApprovalRow],
     by: Writer,
 ) -> WorkflowTransition:
-    """A new request for this input; open requests for other inputs are superseded."""
-    spec = state.approval
+    """A new request for this input; open requests (and unused decisions) for other inputs are superseded."""
+    state, spec = run.state, run.state.approval
     assert spec is not None
     timeout = seconds(spec.timeout) or 0.0
-    superseded = tuple((r.id, "pending", "superseded") for r in rows if r.status == "pending")
+    superseded = _supersede(rows)
     move = Move(state.name, "waiting_approval", "approval-timeout", timeout, timeout)
-    entry = _entry(inst, "approval-requested", by, reason=f"input {digest[:16]}")
+    entry = _entry(inst, "approval-requested", by, visit=run.visit, reason=f"input {digest[:16]}")
     request = WorkflowApprovalRequest(state.name, data, digest, timeout)
     return _write(inst, move, entry, by, Writes(approvals=superseded, approval_request=request))
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import msgspec
 import pytest
 
 from eventbus import Bus, GuardMismatch, UnknownApproval, UnknownInstance
 from eventbus.errors import RunEnded
-from eventbus.workflows import Approval, Fail, Machine, StepContext, Yield
+from eventbus.workflows import MAX_RETRIES, Approval, Fail, Machine, StepContext, Yield
 
-from ._support import finish, run_until, status_is
+from ._support import expire_approval, finish, run_until, status_is
 
 
 class Wait(msgspec.Struct):
@@ -141,7 +142,7 @@ async def test_a_signal_wakes_a_waiting_state_long_before_its_poll(wbus: Bus) ->
     assert [r.outcome for r in await wbus.workflows.history(sig, "late")] == ["yield", "ok"]
 
 
-async def _requested(bus: Bus, m: Machine[Charge], key: str) -> int:
+async def _requested(bus: Bus, m: Machine[Any], key: str) -> int:
     await run_until(bus, lambda: status_is(bus, m, key, "waiting_approval"))
     (row,) = [a for a in await bus.workflows.approvals(m, key) if a.status == "pending"]
     return row.id
@@ -255,3 +256,95 @@ async def test_a_signal_sent_during_the_visit_of_a_wait_with_no_poll_wakes_it(bu
     inst = await bus.workflows.instance(hooked, "mid")
     assert (inst.state, inst.checkpoint.got, inst.visits) == ("DONE", ["mid-visit"], {"HOOK": 2})
     assert [r.outcome for r in await bus.workflows.history(hooked, "mid")] == ["yield", "ok"]
+
+
+async def test_an_approval_that_expired_before_its_visit_ran_is_not_honoured(wbus: Bus) -> None:
+    await wbus.workflows.start(pay, Charge(key="stale"))
+    approval_id = await _requested(wbus, pay, "stale")
+    await wbus.workflows.approve(approval_id, by="alice")
+    await expire_approval(wbus, approval_id)  # no worker ran the visit before the expiry
+    await finish(wbus, pay, ["stale"])
+    inst = await wbus.workflows.instance(pay, "stale")
+    assert (inst.state, inst.checkpoint.approved_by) == ("EXPIRED", [])
+    last = (await wbus.workflows.history(pay, "stale"))[-1]
+    assert (last.outcome, last.next_state, last.error_code) == ("expired", "EXPIRED", "approval-expired")
+    assert last.error == f"approval {approval_id} expired before its visit ran (approved by alice)"
+    (row,) = await wbus.workflows.approvals(pay, "stale")
+    assert row.status == "expired" and row.consumed_version == inst.version
+
+
+class Gate(msgspec.Struct):
+    key: str
+    ran_with: list[int] = []
+
+
+gate = Machine("gate", checkpoint=Gate, key=lambda c: c.key)
+
+
+@gate.state(
+    initial=True, on_success="DONE", on_failure="ASIDE", max_visits=3,
+    approval=Approval(timeout=60.0, on_deny="DONE", on_timeout="DONE", input=lambda c: c.key),
+)  # fmt: skip
+async def GATE(c: Gate, ctx: StepContext) -> None:
+    assert ctx.approval is not None
+    c.ran_with.append(ctx.approval.id)
+
+
+@gate.state(on_success="GATE", on_failure="DONE")
+async def ASIDE(c: Gate, ctx: StepContext) -> None:
+    return None
+
+
+gate.terminal("DONE")
+
+
+async def test_a_decision_is_used_only_by_the_visit_that_asked_for_it(bus: Bus) -> None:
+    bus.include(gate)
+    for key in ("parked", "paused"):
+        await bus.workflows.start(gate, Gate(key=key))
+    first = {key: await _requested(bus, gate, key) for key in ("parked", "paused")}
+    # Moved elsewhere while the request is open: the request is closed, and a decision refused.
+    await bus.workflows.repoint(gate, "parked", to="ASIDE", reason="park it")
+    with pytest.raises(GuardMismatch, match="superseded"):
+        await bus.workflows.approve(first["parked"], by="alice")
+    # Decided while paused, then moved elsewhere before its visit ran: the decision is not used.
+    await bus.workflows.pause(gate, "paused")
+    await bus.workflows.approve(first["paused"], by="alice")
+    await bus.workflows.repoint(gate, "paused", to="ASIDE", reason="park it")
+    again = {key: await _requested(bus, gate, key) for key in ("parked", "paused")}
+    for key in ("parked", "paused"):
+        assert again[key] != first[key]
+        old, new = await bus.workflows.approvals(gate, key)
+        assert (old.status, new.status) == ("superseded", "pending")
+        assert (await bus.workflows.instance(gate, key)).checkpoint.ran_with == [], "GATE did not run"
+        await bus.workflows.approve(again[key], by="bob")
+    await finish(bus, gate, ["parked", "paused"])
+    for key in ("parked", "paused"):
+        assert (await bus.workflows.instance(gate, key)).checkpoint.ran_with == [again[key]]
+
+
+ask = Machine("ask", checkpoint=Charge, key=lambda c: c.key)
+
+
+@ask.state(
+    initial=True, on_success="DONE", on_failure="DONE", max_visits=2,
+    approval=Approval(timeout=0.2, on_deny="DONE", on_timeout="ASK"),
+)  # fmt: skip
+async def ASK(c: Charge, ctx: StepContext) -> None:
+    return None
+
+
+ask.terminal("DONE")
+
+
+async def test_approval_rounds_count_as_visits(bus: Bus) -> None:
+    bus.include(ask)  # the timeout edge asks again: max_visits bounds the rounds
+    await bus.workflows.start(ask, Charge(key="again"))
+    await finish(bus, ask, ["again"])
+    inst = await bus.workflows.instance(ask, "again")
+    assert (inst.state, inst.visits) == (MAX_RETRIES, {"ASK": 2})
+    rows = await bus.workflows.history(ask, "again")
+    assert [(r.outcome, r.visit) for r in rows] == [
+        ("approval-requested", 1), ("expired", 1), ("approval-requested", 2), ("expired", 2), ("cap", 2),
+    ]  # fmt: skip
+    assert [a.status for a in await bus.workflows.approvals(ask, "again")] == ["expired", "expired"]

@@ -185,10 +185,9 @@ VALUES ($1, $2, $3, $4, $5, $6, 'pending', now() + $7::float8 * interval '1 seco
 
 -- name: wf_approval_update
 -- Guarded by the status the visit saw (a decision that raced it wins); a
--- decision is used once: the transition that acts on it stamps its version.
-UPDATE {schema}.wf_approvals
-SET status = $3::text,
-    consumed_version = CASE WHEN $3::text IN ('approved', 'denied') THEN $4::bigint END
+-- decision is used once: the transition that acts on it (uses it, expires or
+-- supersedes it) stamps its version, and no later visit reads it again.
+UPDATE {schema}.wf_approvals SET status = $3::text, consumed_version = $4::bigint
 WHERE id = $1 AND status = $2 AND consumed_version IS NULL;
 
 -- name: wf_lock

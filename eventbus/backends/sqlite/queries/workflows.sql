@@ -121,10 +121,9 @@ VALUES (:machine, :key, :run_id, :state, :input, :input_hash, 'pending', :now,
 
 -- name: wf_approval_update
 -- Guarded by the status the visit saw (a decision that raced it wins); a
--- decision is used once: the transition that acts on it stamps its version.
-UPDATE wf_approvals
-SET status = :status,
-    consumed_version = CASE WHEN :status IN ('approved', 'denied') THEN :version END
+-- decision is used once: the transition that acts on it (uses it, expires or
+-- supersedes it) stamps its version, and no later visit reads it again.
+UPDATE wf_approvals SET status = :status, consumed_version = :version
 WHERE id = :id AND status = :expected AND consumed_version IS NULL;
 
 -- name: wf_lock
