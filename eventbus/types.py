@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, NewType
+from typing import Any, Literal, NewType
 
 import msgspec
 
 __all__ = [
+    "ApprovalStatus",
     "AttemptRecord",
     "ChainDelivery",
     "ChainEvent",
@@ -23,6 +24,7 @@ __all__ = [
     "DeliveryStatus",
     "DstFold",
     "DstGap",
+    "EffectStatus",
     "EventId",
     "EventTypeRow",
     "EventView",
@@ -86,6 +88,10 @@ WorkflowStatus = Literal[
     "uncertain",
 ]
 """Where an instance of a state machine is; ``completed``, ``failed`` and ``cancelled`` are final."""
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "superseded"]
+"""Where an approval request is: waiting for a human, decided, or closed unused (expired, superseded)."""
+EffectStatus = Literal["done", "compensated", "uncertain"]
+"""Where a recorded effect is: in force, undone by its compensation, or unknown after failed compensations."""
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -435,7 +441,11 @@ class WorkflowSignalRow(msgspec.Struct, frozen=True):
 
 
 class WorkflowApprovalRow(msgspec.Struct, frozen=True):
-    """An approval request, tied to the hash of the exact input it approves."""
+    """An approval request, tied to the hash of the exact input it approves.
+
+    What ``bus.workflows.approvals(machine, key)``, ``approve`` and ``deny``
+    return, and ``ctx.approval`` in the visit that runs under it.
+    """
 
     id: int
     machine: str
@@ -444,7 +454,7 @@ class WorkflowApprovalRow(msgspec.Struct, frozen=True):
     state: str
     input: bytes
     input_hash: str
-    status: str
+    status: ApprovalStatus
     requested_at: datetime
     expires_at: datetime
     decided_by: str | None
@@ -456,16 +466,20 @@ class WorkflowApprovalRow(msgspec.Struct, frozen=True):
 
 
 class WorkflowEffectRow(msgspec.Struct, frozen=True):
-    """An irreversible effect recorded with a transition, and whether it was compensated."""
+    """An irreversible effect recorded with a transition (``ctx.record_effect``), and whether it
+    was compensated: the ``effect`` a compensation function is given."""
 
     id: int
     run_id: int
     state: str
     op_key: str
+    """The visit's ``op_key`` with the effect's position in the visit: stable across re-runs."""
     kind: str
-    ref: str
+    ref: Any
+    """The ``ref`` given to ``record_effect``, decoded from JSON (a dict, list, str, number or None)."""
     compensation: str | None
-    status: str
+    """The name of its registered compensation, if it has one."""
+    status: EffectStatus
 
 
 class ChainDelivery(msgspec.Struct, frozen=True):

@@ -199,6 +199,8 @@ def _write(
     code, text = inst.last_error_code, inst.last_error
     if w.error is not None:
         code, text = _clean(w.error[0]), _clean(w.error[1])
+    if move.status == "completed":  # a run that completes has no last error (its history keeps them)
+        code, text = None, None
     return WorkflowTransition(
         machine=inst.machine, key=inst.key, expected_version=inst.version, run_id=inst.run_id,
         state=move.state, status=move.status, visits=w.visits if w.visits is not None else inst.visits,

@@ -22,6 +22,7 @@ from ..errors import (
     UnreachableState,
 )
 from ..event import Event
+from ..types import WorkflowEffectRow
 from ._outcomes import Outcome, seconds
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ __all__ = [
 
 C = TypeVar("C", bound=msgspec.Struct)
 StateFn = Callable[[Any, "StepContext"], Awaitable[Outcome]]
-CompensateFn = Callable[[Any, Any, "StepContext"], Awaitable[None]]
+CompensateFn = Callable[[Any, WorkflowEffectRow, "StepContext"], Awaitable[None]]
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 E = TypeVar("E", bound=Event)
 
@@ -241,7 +242,11 @@ class Machine(Generic[C]):
         self.terminals[name] = "failed" if failed else "completed"
 
     def compensation(self, fn: F) -> F:
-        """Register ``async def undo(checkpoint, effect, ctx)`` for ``ctx.record_effect(compensate=undo)``."""
+        """Register ``async def undo(checkpoint, effect, ctx)`` for ``ctx.record_effect(compensate=undo)``.
+
+        ``effect`` is the :class:`~eventbus.types.WorkflowEffectRow` recorded
+        (its ``ref`` decoded, as given to ``record_effect``).
+        """
         self.compensations[fn.__name__] = fn
         return fn
 

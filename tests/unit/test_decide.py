@@ -62,7 +62,7 @@ def facts(inst: WorkflowInstance | None = None, **parts: Any) -> WorkflowFacts:
 
 def effect(id: int, status: str = "done", compensation: str | None = "refund") -> WorkflowEffectRow:
     return WorkflowEffectRow(
-        id=id, run_id=1, state="PAY", op_key=f"orders/o-1/1/PAY/1/{id}", kind="card.charged", ref="{}",
+        id=id, run_id=1, state="PAY", op_key=f"orders/o-1/1/PAY/1/{id}", kind="card.charged", ref={},
         compensation=compensation, status=status,
     )  # fmt: skip
 
@@ -210,7 +210,9 @@ def test_a_changed_input_supersedes_the_open_request() -> None:
     other = approval(9, "pending", m, input_hash="0" * 64)
     t = d.plan(m, facts(instance("CHARGE"), approvals=(other,)), BY)
     assert isinstance(t, WorkflowTransition) and t.approval_request is not None
-    assert t.approval_updates == ((9, "pending", "superseded"),)
+    assert t.approval_updates == ((9, "pending", "superseded"), (9, "approved", "superseded")), (
+        "closed even if it was approved meanwhile"
+    )
 
 
 def test_compensation_undoes_the_newest_effect_then_ends_in_the_terminal() -> None:

@@ -31,6 +31,7 @@ from .retention import PruneBatch, RetentionStore
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
+    EFFECT_JSON,
     SignalResult,
     WorkflowApprovalRequest,
     WorkflowEffect,
@@ -43,6 +44,7 @@ from .workflows import (
 )
 
 __all__ = [
+    "EFFECT_JSON",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

@@ -19,6 +19,7 @@ from ...types import (
 from .delivery import OutgoingEvent
 
 __all__ = [
+    "EFFECT_JSON",
     "SignalResult",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
@@ -30,6 +31,9 @@ __all__ = [
     "workflow_step",
 ]
 
+
+EFFECT_JSON = ("ref",)
+"""The JSON columns of an effect row: its ``ref`` is read back decoded."""
 
 SignalResult = Literal["sent", "duplicate", "missing", "ended"]
 """What :meth:`WorkflowStore.signal` did with a signal."""
@@ -86,6 +90,7 @@ class WorkflowEffect(msgspec.Struct, frozen=True):
     op_key: str
     kind: str
     ref: str
+    """The effect's reference, JSON-encoded (read back decoded as ``WorkflowEffectRow.ref``)."""
     compensation: str | None
 
 

@@ -19,6 +19,7 @@ from ...types import (
 )
 from .._rows import row_as, rows_as
 from ..ports import (
+    EFFECT_JSON,
     OutgoingEvent,
     SignalResult,
     WorkflowFacts,
@@ -68,7 +69,7 @@ def _batch_row(t: WorkflowTransition) -> list[Any]:
 
 
 async def _parts(
-    conn: Any, sql: str, machine: str, rows: list[Any], flag: str, cls: type[T]
+    conn: Any, sql: str, machine: str, rows: list[Any], flag: str, cls: type[T], json: tuple[str, ...] = ()
 ) -> dict[str, tuple[T, ...]]:
     """The rows of ``sql`` for the instances whose ``flag`` is set, grouped by key in order."""
     wanted = [r for r in rows if r[flag]]
@@ -76,7 +77,7 @@ async def _parts(
         return {}
     found: dict[str, list[T]] = {}
     for row in await conn.fetch(sql, machine, [r["key"] for r in wanted], [r["run_id"] for r in wanted]):
-        found.setdefault(row["key"], []).append(row_as(cls, row))
+        found.setdefault(row["key"], []).append(row_as(cls, row, json=json))
     return {key: tuple(parts) for key, parts in found.items()}
 
 
@@ -118,7 +119,7 @@ class PgWorkflows:
                 conn, q["wf_facts_approvals"], machine, rows, "has_approvals", WorkflowApprovalRow
             )
             effects = await _parts(
-                conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow
+                conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow, EFFECT_JSON
             )
         return {
             r["key"]: WorkflowFacts(
@@ -290,7 +291,7 @@ class PgWorkflows:
         """The effects recorded in one run, in the order they were recorded."""
         async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_effects"], machine, key, run_id)
-        return rows_as(WorkflowEffectRow, rows)
+        return rows_as(WorkflowEffectRow, rows, json=EFFECT_JSON)
 
     async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
         """Publish a step for overdue live instances whose tick was lost; return how many."""

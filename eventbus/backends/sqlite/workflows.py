@@ -23,6 +23,7 @@ from ...types import (
 )
 from .._rows import row_as, rows_as
 from ..ports import (
+    EFFECT_JSON,
     OutgoingEvent,
     SignalResult,
     WorkflowFacts,
@@ -121,7 +122,7 @@ class SQLiteWorkflows:
 
     async def effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
         params = {"machine": machine, "key": key, "run_id": run_id}
-        return rows_as(WorkflowEffectRow, await self._db.fetch("wf_effects", params))
+        return rows_as(WorkflowEffectRow, await self._db.fetch("wf_effects", params), json=EFFECT_JSON)
 
     async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
         count, types = await self._db.write(sweep, machine, grace_seconds, limit)
@@ -139,7 +140,9 @@ def read_facts(conn: sqlite3.Connection, q: Queries, params: dict[str, Any]) -> 
     machine = params["machine"]
     signals = _parts(conn, q["wf_facts_signals"], machine, rows, "has_signals", WorkflowSignalRow)
     approvals = _parts(conn, q["wf_facts_approvals"], machine, rows, "has_approvals", WorkflowApprovalRow)
-    effects = _parts(conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow)
+    effects = _parts(
+        conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow, EFFECT_JSON
+    )
     return {
         r["key"]: WorkflowFacts(
             instance_of(r), signals.get(r["key"], ()), approvals.get(r["key"], ()), effects.get(r["key"], ())
@@ -149,7 +152,13 @@ def read_facts(conn: sqlite3.Connection, q: Queries, params: dict[str, Any]) -> 
 
 
 def _parts(
-    conn: sqlite3.Connection, sql: str, machine: str, rows: list[Row], flag: str, cls: type[T]
+    conn: sqlite3.Connection,
+    sql: str,
+    machine: str,
+    rows: list[Row],
+    flag: str,
+    cls: type[T],
+    json: tuple[str, ...] = (),
 ) -> dict[str, tuple[T, ...]]:
     """The rows of ``sql`` for the instances whose ``flag`` is set, grouped by key in order."""
     wanted = [[r["key"], r["run_id"]] for r in rows if r[flag]]
@@ -157,7 +166,7 @@ def _parts(
         return {}
     found: dict[str, list[T]] = {}
     for row in conn.execute(sql, {"machine": machine, "runs": orjson.dumps(wanted).decode()}).fetchall():
-        found.setdefault(row["key"], []).append(row_as(cls, row))
+        found.setdefault(row["key"], []).append(row_as(cls, row, json=json))
     return {key: tuple(parts) for key, parts in found.items()}
 
 
