@@ -191,9 +191,9 @@ class Workflows:
         if not isinstance(checkpoint, m.checkpoint):
             raise ConfigurationError(f"{m.name!r} takes a {m.checkpoint.__qualname__} checkpoint")
         key = m.key(checkpoint)
-        if not isinstance(key, str) or not key or len(key) > 200:
+        if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
             raise ConfigurationError(
-                f"invalid instance key {key!r}: a non-empty string of at most 200 characters"
+                f"invalid instance key {key!r}: a non-empty string of at most 200 characters, no NUL"
             )
         data = m.encode(checkpoint)
         name = f"wf.{m.name}"
@@ -296,6 +296,8 @@ class Workflows:
     ) -> WorkflowApprovalRow:
         if not by:
             raise ConfigurationError("say who decides: by=...")
+        if "\x00" in by or "\x00" in (reason or ""):
+            raise ConfigurationError("who decides and why cannot contain NUL characters")
         decided = await self.store.decide(approval_id, status, by, reason)
         if decided is not None:
             return decided

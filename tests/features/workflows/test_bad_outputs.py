@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from eventbus import Bus
-from eventbus.errors import InvalidCheckpoint, InvalidOutcome
+from eventbus.errors import ConfigurationError, InvalidCheckpoint, InvalidOutcome
 from eventbus.workflows import FAILED, Approval, Fail, Machine, StepContext, Yield
 
 from ._support import finish, run_until
@@ -163,3 +163,13 @@ async def test_a_wrongly_typed_checkpoint_is_refused_at_start(obus: Bus) -> None
         await obus.workflows.start(bad, Out(key="k", count="x"))  # type: ignore[arg-type]
     with anyio.fail_after(5):
         assert await obus.backend.workflows.load("bad", "k") is None
+
+
+async def test_nul_in_what_an_operator_or_caller_gives_is_refused_on_both_backends(obus: Bus) -> None:
+    with pytest.raises(ConfigurationError, match="no NUL"):
+        await obus.workflows.start(bad, Out(key="nul\x00key"))
+    await obus.workflows.start(gated, Out(key="gate"))
+    with pytest.raises(ConfigurationError, match="NUL"):
+        await obus.workflows.signal(gated, "gate", "go\x00")
+    with pytest.raises(ConfigurationError, match="NUL"):
+        await obus.workflows.approve(1, by="ann", reason="ok\x00")
