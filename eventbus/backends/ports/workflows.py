@@ -106,7 +106,7 @@ class WorkflowApprovalRequest(msgspec.Struct, frozen=True):
 class WorkflowFacts(msgspec.Struct, frozen=True):
     """What a visit decides on, read once: the pointer and what is open for its run.
 
-    ``signals``: the instance's unconsumed signals in arrival order.
+    ``signals``: the unconsumed signals of the current run, in arrival order.
     ``approvals``: the current run's approvals not yet used by a transition
     (``consumed_version`` is None, whatever their status), oldest first.
     ``effects``: every effect recorded in the current run, in the order recorded.
@@ -181,7 +181,7 @@ class WorkflowStore(Protocol):
         ...
 
     async def load(self, machine: str, key: str) -> WorkflowInstance | None:
-        """The pointer as committed, with ``has_signals`` telling whether open signals exist."""
+        """The pointer as committed, with ``has_signals`` telling whether its run has open signals."""
         ...
 
     async def facts(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowFacts]:

@@ -102,7 +102,7 @@ class PgWorkflows:
         return inst, True
 
     async def load(self, machine: str, key: str) -> WorkflowInstance | None:
-        """The pointer as committed, with whether open signals exist."""
+        """The pointer as committed, with whether its run has open signals."""
         async with self.db.conn() as conn:
             row = await conn.fetchrow(self.q["wf_load"], machine, key)
         return None if row is None else instance_of(row)
