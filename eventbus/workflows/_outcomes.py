@@ -60,8 +60,9 @@ class Fail:
     """Take the failure edge, recording ``code`` (and ``message``) as the error.
 
     ``code`` is a short non-empty str such as ``"payment-declined"``.
-    Use :class:`Goto` for a branch that is not an error: a ``Fail`` is counted
-    as the run's last error.
+    Use :class:`Goto` for a branch that is not an error: a ``Fail`` is
+    recorded as an error in the history and as the instance's ``last_error``
+    (cleared when the run ends ``completed``).
     """
 
     code: str
