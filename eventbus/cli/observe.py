@@ -193,9 +193,10 @@ def print_status(report: StatusReport) -> None:
         click.echo(f"{r.event_type:<28} {r.subscription:<28} {r.status:<11} {r.count:>8}")
     for w in report.workers:
         listener = "ok" if w.listener_ok else "DOWN"
+        lost = f" LOST: {w.rescued} deliveries taken back" if w.rescued else ""
         click.echo(
             f"worker {w.id} {w.hostname}:{w.pid} listener {listener} "
-            f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s"
+            f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s{lost}"
         )
     _print_storage(report)
 
