@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import math
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -14,12 +16,39 @@ import anyio
 import click
 import msgspec
 
-from ..bus import Bus
+from ..bus import MAX_DELAY_SECONDS, Bus
 from ..errors import ConfigurationError, EventBusError
 
-__all__ = ["Obj", "enc_hook", "load_app", "run"]
+__all__ = ["COUNT", "ID", "SECONDS", "Obj", "enc_hook", "load_app", "run", "user_errors"]
 
 T = TypeVar("T")
+
+MAX_INT64 = 2**63 - 1
+"""The largest id or count a database column holds (a signed 64-bit integer)."""
+
+ID = click.IntRange(1, MAX_INT64)
+"""A delivery, event or approval id: what no row can have is refused before the database is asked."""
+
+COUNT = click.IntRange(1, MAX_INT64)
+"""A limit or batch size: at least one."""
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds, zero or more and at most 100 years."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not (math.isfinite(seconds) and 0 <= seconds <= MAX_DELAY_SECONDS):
+            self.fail(f"{value!r} is not a finite number of seconds from 0 to 100 years", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
 
 
 def _loop_options() -> dict[str, Any]:
@@ -27,15 +56,27 @@ def _loop_options() -> dict[str, Any]:
     return {"use_uvloop": True} if importlib.util.find_spec("uvloop") else {}
 
 
-def run(fn: Callable[[], Awaitable[T]]) -> T:
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Show an eventbus error as one ``Error: Type: message`` line and a non-zero exit."""
     try:
-        return anyio.run(fn, backend_options=_loop_options())
+        yield
     except EventBusError as exc:
         raise click.ClickException(f"{type(exc).__name__}: {exc.message}") from exc
 
 
+def run(fn: Callable[[], Awaitable[T]]) -> T:
+    with user_errors():
+        return anyio.run(fn, backend_options=_loop_options())
+
+
 def load_app(spec: str) -> Bus:
-    """Import ``module:attribute`` and return the Bus it names."""
+    """Import ``module:attribute`` and return its Bus; a mistake is one line, in or out of ``run``."""
+    with user_errors():
+        return _import_bus(spec)
+
+
+def _import_bus(spec: str) -> Bus:
     module_name, _, attr = spec.partition(":")
     sys.path.insert(0, os.getcwd())
     try:
@@ -57,7 +98,9 @@ class Obj(msgspec.Struct):
     verbose: int = 0
 
     def bus(self) -> Bus:
-        return self._checked(Bus(self.dsn, schema=self.schema))
+        """A bus on the options' database; a malformed DSN or schema is one line, in or out of ``run``."""
+        with user_errors():
+            return self._checked(Bus(self.dsn, schema=self.schema))
 
     def publisher_for(self, app: Bus) -> Bus:
         """Where ``publish --app`` writes: the options when given, else the app's own database."""
@@ -67,6 +110,10 @@ class Obj(msgspec.Struct):
 
     def check_worker_target(self, app: Bus, spec: str) -> None:
         """A worker serves the app's bus as built: options that name another database are refused."""
+        with user_errors():
+            self._check_target(app, spec)
+
+    def _check_target(self, app: Bus, spec: str) -> None:
         if self.dsn and self.dsn != app.dsn:
             raise ConfigurationError(
                 f"--dsn (or EVENTBUS_DSN) names another database than {spec} was built with"
