@@ -26,19 +26,33 @@ T = TypeVar("T")
 MAX_INT64 = 2**63 - 1
 """The largest id or count a database column holds (a signed 64-bit integer)."""
 
-ID = click.IntRange(1, MAX_INT64)
-"""A delivery, event or approval id: what no row can have is refused before the database is asked."""
 
-COUNT = click.IntRange(1, MAX_INT64)
-"""A limit or batch size: at least one."""
+class Positive(click.types.IntParamType):
+    """A whole number from 1 to what a 64-bit column holds: what no row can have is refused first."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not 1 <= number <= MAX_INT64:
+            self.fail(f"{number} is not {self.what} (a whole number from 1 to 2**63-1)", param, ctx)
+        return number
 
 
-class Seconds(click.ParamType):
-    """A finite number of seconds, zero or more and at most 100 years."""
+ID = Positive("an id")
+"""A delivery, event or approval id."""
+
+COUNT = Positive("a count")
+"""A limit or batch size."""
+
+
+class Seconds(click.types.FloatParamType):
+    """A finite number of seconds, zero or more and at most 100 years (as a publish delay)."""
 
     name = "seconds"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
             seconds = float(value)
         except (TypeError, ValueError):
