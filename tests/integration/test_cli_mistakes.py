@@ -121,5 +121,8 @@ def test_app_and_dsn_mistakes_are_one_line_outside_a_command_run(tmp_path: Path)
     refused(target, "dashboard", "tests.apps.cli_app:nope", message="is not an eventbus.Bus")
     refused(target, "--dsn", "postgresql://h:abc/db", "dashboard", message="invalid PostgreSQL DSN")
     refused(target, "--dsn", "sqlite:///other.db", "dashboard", APP, message="names another database")
+    out_of_range = "postgresql://postgres@127.0.0.1:99999/test"
+    refused(target, "--dsn", out_of_range, "status", message="is not from 1 to 65535")
+    refused(target, "worker", APP, "--concurrency", "100000", message="concurrency must be at most 10,000")
     missing = f"sqlite:///{tmp_path / 'no-such-directory' / 'bus.db'}"
     refused(target, "--dsn", missing, "migrate", message="cannot open the SQLite database")
