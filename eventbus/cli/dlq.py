@@ -27,17 +27,16 @@ def parse_since(text: str | None) -> datetime | None:
     if text is None:
         return None
     match = _RELATIVE.match(text)
-    if match:
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-        try:
-            return datetime.now(UTC) - timedelta(seconds=seconds)
-        except OverflowError as exc:
-            raise click.BadParameter(f"{text} ago is before the year 1", param_hint="--since") from exc
     try:
+        if match:
+            seconds = float(match.group(1)) * _UNITS[match.group(2)]
+            return datetime.now(UTC) - timedelta(seconds=seconds)
         when = datetime.fromisoformat(text)
+        return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise click.BadParameter(f"{text} is before the year 1 in UTC", param_hint="--since") from exc
     except ValueError as exc:
         raise click.BadParameter("use 30m, 2h, 1d or an ISO-8601 time", param_hint="--since") from exc
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
