@@ -92,6 +92,8 @@ def load_app(spec: str) -> Bus:
 
 def _import_bus(spec: str) -> Bus:
     module_name, _, attr = spec.partition(":")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise ConfigurationError(f"{spec!r} is not module:attribute (a dotted module name, then the Bus)")
     sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)

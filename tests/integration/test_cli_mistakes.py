@@ -120,6 +120,8 @@ def test_app_and_dsn_mistakes_are_one_line_outside_a_command_run(tmp_path: Path)
     target = Target("sqlite", f"sqlite:///{tmp_path / 'bus.db'}", None)
     refused(target, "dashboard", "no.such.module:bus", message="cannot import 'no.such.module'")
     refused(target, "dashboard", "tests.apps.cli_app:nope", message="is not an eventbus.Bus")
+    refused(target, "worker", ":bus", message="':bus' is not module:attribute")
+    refused(target, "dashboard", ".relative:bus", message="'.relative:bus' is not module:attribute")
     refused(target, "--dsn", "postgresql://h:abc/db", "dashboard", message="invalid PostgreSQL DSN")
     refused(target, "--dsn", "sqlite:///other.db", "dashboard", APP, message="names another database")
     out_of_range = "postgresql://postgres@127.0.0.1:99999/test"
