@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ..base import Backend
-from ._db import STATEMENT_LIFETIME_SECONDS, PgDb
+from ._db import DEAD_CLIENT_SECONDS, STATEMENT_LIFETIME_SECONDS, PgDb
 from .delivery import PgDeliveries
 from .inspect import PgInspector
 from .operate import PgOperator
@@ -24,7 +24,13 @@ __all__ = ["PostgresBackend"]
 
 
 class PostgresBackend:
-    """Stores the bus in one PostgreSQL schema; ``migrate`` applies pending migrations on open."""
+    """Stores the bus in one PostgreSQL schema; ``migrate`` applies pending migrations on open.
+
+    ``dead_client_seconds`` (``Bus(dsn, dead_client_seconds=…)``): how soon the
+    server ends a session of this bus whose client stopped answering, releasing
+    its locks (see :func:`~eventbus.backends.postgres._db.session_settings`);
+    ``None`` keeps the server's settings.
+    """
 
     kind: Literal["postgres"] = "postgres"
 
@@ -37,6 +43,7 @@ class PostgresBackend:
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
+        dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
         migrate: bool = False,
     ) -> None:
         self.db = PgDb(
@@ -46,6 +53,7 @@ class PostgresBackend:
             max_pool_size=max_pool_size,
             command_timeout=command_timeout,
             statement_lifetime_seconds=statement_lifetime_seconds,
+            dead_client_seconds=dead_client_seconds,
         )
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""

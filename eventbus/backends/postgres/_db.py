@@ -126,6 +126,40 @@ async def _keep_session(conn: Any) -> None:
     """
 
 
+DEAD_CLIENT_SECONDS = 10.0
+"""How long the server keeps a session whose client stopped answering (see :func:`session_settings`)."""
+
+
+def session_settings(dead_client_seconds: float | None) -> dict[str, str]:
+    """Settings sent when each pooled connection starts, so the server ends a dead client's session.
+
+    A worker whose host is cut off (a network partition, a host that froze or
+    lost power) can leave a transaction open on the server between two
+    statements, holding the row locks of the deliveries it was completing:
+    another worker's lease recovery skips locked rows, so that work would wait
+    for the operating system's TCP keepalive, two hours by default. Within
+    about ``dead_client_seconds`` instead, the server ends such a session: idle
+    inside a transaction that long (``idle_in_transaction_session_timeout``; the
+    bus never leaves one idle for more than a round trip), or not answering
+    keepalive probes or acknowledging data that long (``tcp_keepalives_*``,
+    ``tcp_user_timeout``). ``None`` leaves the server's own settings.
+    """
+    if dead_client_seconds is None:
+        return {}
+    if not dead_client_seconds >= 1:
+        raise ConfigurationError(
+            f"dead_client_seconds must be at least 1 (or None), got {dead_client_seconds}"
+        )
+    seconds = int(dead_client_seconds)
+    return {
+        "idle_in_transaction_session_timeout": f"{seconds}s",
+        "tcp_user_timeout": str(seconds * 1000),
+        "tcp_keepalives_idle": str(max(1, seconds // 2)),
+        "tcp_keepalives_interval": str(max(1, seconds // 4)),
+        "tcp_keepalives_count": "2",
+    }
+
+
 class PgDb:
     """The pool of one schema, the connection held for lone publishes, and the named queries."""
 
@@ -138,8 +172,10 @@ class PgDb:
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
+        dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
     ) -> None:
         self.dsn = check_dsn(dsn)
+        self.server_settings = session_settings(dead_client_seconds)
         self.schema = validate_schema(schema)
         self.channel = notify_channel(self.schema)
         """The NOTIFY channel every wake-up of this schema goes through."""
@@ -177,6 +213,7 @@ class PgDb:
                         command_timeout=self.command_timeout,
                         max_cached_statement_lifetime=self._statement_lifetime,
                         reset=_keep_session,
+                        server_settings=self.server_settings,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
