@@ -83,7 +83,7 @@ async def test_the_server_ends_a_session_left_idle_in_a_transaction(pg_target) -
     bus = pg_target.bus(dead_client_seconds=1)
     try:
         await bus.migrate()
-        async with bus.backend.db.conn() as conn:  # type: ignore[attr-defined]
+        async with bus.backend.db.conn() as conn:
             assert await conn.fetchval("SHOW idle_in_transaction_session_timeout") == "1s"
             assert await conn.fetchval("SHOW tcp_keepalives_count") == "2"
             tx = conn.transaction()
