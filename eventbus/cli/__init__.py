@@ -20,7 +20,7 @@ import orjson
 from .. import logs
 from ..types import StatusReport
 from ..worker import Worker, serve_health
-from ._common import Obj, enc_hook, load_app, run
+from ._common import ID, Obj, enc_hook, load_app, run
 from .bench import bench
 from .dashboard import dashboard
 from .dlq import dlq
@@ -218,7 +218,7 @@ def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: flo
 
 
 @cli.command()
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=ID, required=True)
 @click.pass_obj
 def cancel(obj: Obj, ids: tuple[int, ...]) -> None:
     """Cancel pending deliveries by ID; deliveries in any other state are left alone."""

@@ -48,11 +48,18 @@ __all__ = ["Worker", "WorkerHealth", "serve_health"]
 log = logging.getLogger("eventbus.worker")
 
 
+_MAX_CONCURRENCY = 10_000
+"""The most handlers a worker runs at once: each is a task started up front, so more would never start."""
+
+
 def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
     """Refuse settings that would busy-loop, never run or serve nothing, with the reason."""
     for name, count in counts.items():
         if count < 1:
             raise ConfigurationError(f"{name} must be at least 1, got {count}")
+    if counts["concurrency"] > _MAX_CONCURRENCY:
+        too_many = counts["concurrency"]
+        raise ConfigurationError(f"concurrency must be at most {_MAX_CONCURRENCY:,}, got {too_many}")
     for name, interval in seconds.items():
         zero_ok = name == "grace_seconds"
         if not math.isfinite(interval) or interval < 0 or (interval == 0 and not zero_ok):
@@ -80,7 +87,7 @@ def _checked_rescue(seconds: float | None) -> float | None:
 class Worker:
     """Runs the handlers of a bus's subscriptions.
 
-    :param concurrency: handlers running at once. Twice ``batch_size`` lets the
+    :param concurrency: handlers running at once (at most 10,000). Twice ``batch_size`` lets the
         next batch be claimed while the last one runs.
     :param batch_size: deliveries claimed per round trip.
     :param poll_interval_seconds: the slow poll that covers lost notifications.
