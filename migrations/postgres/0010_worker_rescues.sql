@@ -3,6 +3,3 @@
 -- shown with the worker in status until its row is pruned.
 ALTER TABLE {schema}.workers ADD COLUMN rescued integer NOT NULL DEFAULT 0;
 
--- The rescue looks up a lost worker's processing deliveries by worker.
-CREATE INDEX deliveries_processing_worker ON {schema}.deliveries (worker_id)
-    WHERE status = 'processing';
