@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 from ..errors import EventBusError
 from ._render import Pages
 
-__all__ = ["endpoint"]
+__all__ = ["endpoint", "stream_seconds"]
 
 MAX_STREAM_SECONDS = 300.0
 
@@ -49,14 +49,18 @@ async def stream(p: Pages, interval: float, max_seconds: float) -> AsyncIterator
             await anyio.sleep(interval)
 
 
+def stream_seconds(given: str | None) -> float:
+    """How long a stream may run: ``given`` when it is a number from 0 to the maximum, else the maximum."""
+    try:
+        seconds = float(given) if given is not None else MAX_STREAM_SECONDS
+    except ValueError:
+        return MAX_STREAM_SECONDS
+    return seconds if 0 <= seconds <= MAX_STREAM_SECONDS else MAX_STREAM_SECONDS
+
+
 def endpoint(p: Pages, interval: float) -> Callable[[Request], Awaitable[Response]]:
     async def live(request: Request) -> Response:
-        try:
-            max_seconds = min(
-                float(request.query_params.get("max_seconds", MAX_STREAM_SECONDS)), MAX_STREAM_SECONDS
-            )
-        except ValueError:
-            max_seconds = MAX_STREAM_SECONDS
+        max_seconds = stream_seconds(request.query_params.get("max_seconds"))
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(
             stream(p, interval, max_seconds), media_type="text/event-stream", headers=headers

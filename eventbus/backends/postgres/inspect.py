@@ -149,7 +149,8 @@ class PgInspector:
         along the primary key.
         """
         query = self.q["delivery_ids_dead"] if flt.status == "dead" else self.q["delivery_ids"]
-        async with self.db.conn("listing delivery ids") as conn:
+        async with self.db.conn("listing delivery ids") as conn, conn.transaction():
+            await conn.execute(self.q["inspect_custom_plans"])
             rows = await conn.fetch(query, *filter_args(flt), after_id, limit)
         return [DeliveryId(r["id"]) for r in rows]
 
