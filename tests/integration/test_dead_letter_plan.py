@@ -46,7 +46,11 @@ def _args(subscription: str = "NULL", event_type: str = "NULL", since: str = "NU
     return f"{subscription}, 'dead', {event_type}, NULL, NULL, NULL, {since}" + ", NULL" * 4 + ", 0, 1000"
 
 
-FILTERS = ({"subscription": "'h'"}, {}, {"event_type": "'order.placed'", "since": "now()"})
+FILTERS: tuple[dict[str, str], ...] = (
+    {"subscription": "'h'"},
+    {},
+    {"event_type": "'order.placed'", "since": "now()"},
+)
 DEAD = DeliveryFilter(status="dead")
 
 
@@ -125,14 +129,15 @@ async def test_dashboard_reads_are_planned_for_their_values(pg_target) -> None:
 @pytest.mark.parametrize("query", ["find_deliveries_dead", "count_deliveries_dead"])
 async def test_sqlite_dead_letter_reads_use_the_dead_letter_index(tmp_path, query: str) -> None:
     from eventbus import Bus
+    from eventbus.backends._sql import load_queries
     from eventbus.backends.sqlite.inspect import filter_params
 
     bus = Bus(f"sqlite:///{tmp_path / 'bus.db'}")
     try:
         await bus.migrate()
-        sql = bus.backend.inspect._db.q[query]
     finally:
         await bus.aclose()
+    sql = load_queries("sqlite", "main")[query]
     params = {**filter_params(DEAD), "limit": 51, "cap": 10_001}
     with sqlite3.connect(tmp_path / "bus.db") as conn:
         plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]

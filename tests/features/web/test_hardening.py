@@ -236,8 +236,8 @@ async def _silent_worker(bus: Bus, target: Any) -> str:
         finally:
             await conn.close()
     else:
-        with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as conn:
-            conn.execute(
+        with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as db:
+            db.execute(
                 "UPDATE workers SET heartbeat_at = heartbeat_at - 600, listener_ok = 1 WHERE id = ?",
                 (worker_id,),
             )
