@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..errors import EventBusError
-from ._render import Pages
+from ._render import STALE_WORKER_SECONDS, Pages
 
 __all__ = ["endpoint", "stream_seconds"]
 
@@ -27,7 +27,8 @@ MAX_STREAM_SECONDS = 300.0
 async def fingerprint(p: Pages) -> str:
     report = await p.bus.status()
     state = [report.events, sorted((r.subscription, r.status, r.count) for r in report.rows)]
-    state.append(sorted((w.id, w.listener_ok) for w in report.workers))
+    gone = {w.id for w in report.workers if w.silent_seconds > STALE_WORKER_SECONDS}
+    state.append(sorted((w.id, w.listener_ok, w.id in gone) for w in report.workers))
     return hashlib.sha256(msgspec.json.encode(state)).hexdigest()[:16]
 
 

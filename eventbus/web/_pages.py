@@ -14,7 +14,7 @@ from starlette.routing import Route
 from ..types import ChainEvent, DeliveryFilter, DeliveryRow, StatusReport, trace_id_of
 from ..workflows import diagram
 from . import _filters as f
-from ._render import Pages, capped, pretty_json
+from ._render import STALE_WORKER_SECONDS, Pages, capped, pretty_json
 
 __all__ = ["routes"]
 
@@ -22,8 +22,6 @@ CHAIN_LIMIT = 200
 """The events of a chain an event page shows at most."""
 PAYLOAD_SHOWN_BYTES = 64 * 1024
 """An event page shows this much of a payload; the rest is a download away."""
-STALE_WORKER_SECONDS = 30.0
-"""A worker silent this long (six missed heartbeats) is shown as gone, whatever its listener said."""
 
 
 def routes(p: Pages) -> list[Route]:

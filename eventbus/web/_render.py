@@ -14,7 +14,10 @@ from starlette.responses import HTMLResponse
 from ..bus import Bus
 from ._guard import Guard
 
-__all__ = ["FLASHES", "Pages", "capped", "flash_message", "pretty_json"]
+__all__ = ["FLASHES", "STALE_WORKER_SECONDS", "Pages", "capped", "flash_message", "pretty_json"]
+
+STALE_WORKER_SECONDS = 30.0
+"""A worker silent this long (six missed heartbeats) is shown as gone, whatever its listener said."""
 
 FLASHES = {
     "unlocked": "actions unlocked",
