@@ -10,6 +10,7 @@ import socket
 import click
 
 from ..bus import Bus
+from ..errors import EventBusError
 from ._common import Obj, load_app, run
 
 __all__ = ["allowed_hosts_for", "dashboard"]
@@ -24,10 +25,14 @@ def _extra_installed() -> bool:
 
 
 def _target(obj: Obj, app: str | None) -> Bus:
-    if app is None:
-        return obj.bus()
-    bus = load_app(app)
-    obj.check_worker_target(bus, app)
+    """The bus to serve: APP's, or one on --dsn; a bad APP is one line, not a traceback."""
+    try:
+        if app is None:
+            return obj.bus()
+        bus = load_app(app)
+        obj.check_worker_target(bus, app)
+    except EventBusError as exc:
+        raise click.ClickException(f"{type(exc).__name__}: {exc.message}") from exc
     return bus
 
 

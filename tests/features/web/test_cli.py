@@ -52,6 +52,14 @@ def test_missing_extra_is_one_line(tmp_path: Path) -> None:
     assert r.stderr.strip() == "Error: the dashboard needs the web extra: pip install 'eventbus[web]'"
 
 
+def test_a_bad_app_is_one_line(tmp_path: Path) -> None:
+    for app, says in [("nosuch:bus", "cannot import 'nosuch'"), ("os:path", "is not an eventbus.Bus")]:
+        r = _run(["--dsn", f"sqlite:///{tmp_path / 'x.db'}", "dashboard", app], tmp_path)
+        assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+        (line,) = r.stderr.strip().splitlines()
+        assert line.startswith("Error: ConfigurationError:") and says in line
+
+
 def test_an_unmigrated_database_is_refused_before_serving(tmp_path: Path) -> None:
     r = _run(["--dsn", f"sqlite:///{tmp_path / 'x.db'}", "dashboard", "--port", "1"], tmp_path)
     assert r.returncode != 0
