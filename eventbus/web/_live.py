@@ -9,6 +9,7 @@ stream ends after ``max_seconds`` (the browser's EventSource reconnects).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -16,7 +17,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..errors import EventBusError
+from ..errors import ConfigurationError, EventBusError
 from ._render import STALE_WORKER_SECONDS, Pages
 
 __all__ = ["endpoint", "stream_seconds"]
@@ -51,12 +52,20 @@ async def stream(p: Pages, interval: float, max_seconds: float) -> AsyncIterator
 
 
 def stream_seconds(given: str | None) -> float:
-    """How long a stream may run: ``given`` when it is a number from 0 to the maximum, else the maximum."""
-    try:
-        seconds = float(given) if given is not None else MAX_STREAM_SECONDS
-    except ValueError:
+    """How long a stream may run: ``given`` seconds, at most :data:`MAX_STREAM_SECONDS`.
+
+    Anything but a number from 0 up (``nan``, ``-1``, ``soon``) is a
+    :class:`~eventbus.errors.ConfigurationError`, shown as a 400.
+    """
+    if given is None:
         return MAX_STREAM_SECONDS
-    return seconds if 0 <= seconds <= MAX_STREAM_SECONDS else MAX_STREAM_SECONDS
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0:  # NaN compares false
+        raise ConfigurationError(f"max_seconds must be a number of seconds from 0 up, got {given[:40]!r}")
+    return min(seconds, MAX_STREAM_SECONDS)
 
 
 def endpoint(p: Pages, interval: float) -> Callable[[Request], Awaitable[Response]]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from eventbus import Bus
+from eventbus.errors import ConfigurationError
 from eventbus.types import DeliveryFilter
 from eventbus.web import create_app
 from eventbus.web._guard import COOKIE, UNLOCK_TRIES
@@ -164,6 +165,10 @@ async def test_the_newer_link_from_deep_down_leads_to_the_page_just_above(seeded
         assert newer is not None
         second = await client.get("/deliveries?" + newer.group(1).replace("&amp;", "&"))
         assert re.findall(r'<td class="num did">(\d+)</td>', second.text) == [str(i) for i in ids[2:4]]
+    above = await seeded.find_deliveries(DeliveryFilter(subscription="charge"), limit=2, after_id=ids[4])
+    assert [d.id for d in above] == ids[2:4]
+    with pytest.raises(ConfigurationError):
+        await seeded.find_deliveries(limit=2, before_id=ids[0], after_id=ids[4])
 
 
 @pytest.mark.parametrize("given", ["nan", "-1", "soon", "-inf"])
