@@ -12,13 +12,13 @@ import asyncpg
 import httpx
 import pytest
 
-from eventbus import Bus
+from eventbus import Bus, Context
 from eventbus.errors import ConfigurationError
 from eventbus.types import DeliveryFilter
 from eventbus.web import create_app
 from eventbus.web._guard import COOKIE, UNLOCK_TRIES
 
-from ...support.helpers import OrderPlaced
+from ...support.helpers import OrderPlaced, Shipped, drain
 from ._data import Tick
 from .conftest import OPERATOR, ORIGIN, TOKEN, unlock
 
@@ -136,6 +136,19 @@ async def test_a_schedule_named_with_a_slash_can_be_operated(rw: httpx.AsyncClie
             assert (await seeded.schedules.info("reports/daily")).paused
     info = await seeded.schedules.info("reports/daily")
     assert not info.paused and info.requested
+
+
+async def test_a_subscription_named_with_a_slash_can_be_paused(rw: httpx.AsyncClient, seeded: Bus) -> None:
+    @seeded.subscribe(Shipped, name="team/notify")
+    async def notify(event: Shipped, ctx: Context) -> None:
+        pass
+
+    await drain(seeded, subscriptions=["team/notify"])  # the worker records it
+    csrf = await unlock(rw)
+    page = await rw.get("/")
+    assert 'action="/subscriptions/team/notify/pause"' in page.text
+    assert (await _post(rw, "/subscriptions/team/notify/pause", {"csrf": csrf})).status_code == 303
+    assert {s.name: s.state for s in await seeded.list_subscriptions()}["team/notify"] == "paused"
 
 
 async def test_paging_ends_on_a_full_page_and_goes_back_up(seeded: Bus) -> None:
