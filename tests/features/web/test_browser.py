@@ -115,6 +115,8 @@ async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_ki
         await _shot(page, name, backend_kind)
     assert errors == []
     await expect(page.locator("#live-dot")).to_have_class(re.compile("on"))
+    # The refresh stamp is UTC, as every time on the page: 04:05:06, not the browser's 4:05:06 AM.
+    await expect(page.locator("#live-stamp")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d$"))
 
 
 async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, seeded: Bus) -> None:
