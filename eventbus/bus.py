@@ -432,10 +432,25 @@ class Bus(Router):
         return await self.backend.inspect.show(delivery_id)
 
     async def find_deliveries(
-        self, flt: DeliveryFilter | None = None, *, limit: int = 50, before_id: int | None = None
+        self,
+        flt: DeliveryFilter | None = None,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        after_id: int | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries matching ``flt``, newest first; ``before_id``: the last id of the previous page."""
-        return await self.backend.inspect.find(_checked_filter(flt), _checked_limit(limit), before_id)
+        """Deliveries matching ``flt``, newest first; ``before_id``: the last id of the previous page.
+
+        ``after_id`` instead gives the ``limit`` deliveries just above it (the
+        page before, going back up a list), still newest first.
+        """
+        flt, limit = _checked_filter(flt), _checked_limit(limit)
+        if after_id is None:
+            return await self.backend.inspect.find(flt, limit, before_id)
+        if before_id is not None:
+            raise ConfigurationError("give before_id or after_id, not both")
+        ids = await self.backend.inspect.delivery_ids(flt, limit, after_id)
+        return await self.backend.inspect.find(DeliveryFilter(ids=ids), limit) if ids else []
 
     async def count_deliveries(self, flt: DeliveryFilter | None = None, *, cap: int = 10_000) -> int:
         """How many deliveries match ``flt``; a result above ``cap`` means "more than cap"."""

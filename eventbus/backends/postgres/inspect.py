@@ -78,6 +78,7 @@ class PgInspector:
     async def _readonly(self, operation: str) -> AsyncIterator[Any]:
         async with self._read(operation) as conn, conn.transaction(readonly=True):
             await conn.execute(self.q["inspect_timeout"])
+            await conn.execute(self.q["inspect_custom_plans"])
             yield conn
 
     async def status(self) -> StatusReport:
@@ -144,14 +145,18 @@ class PgInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         """Deliveries matching ``flt``, newest first, below ``before_id`` (see ``Inspector.find``)."""
+        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
+        query = self.q["find_deliveries_dead"] if dead else self.q["find_deliveries"]
         async with self._readonly("listing deliveries") as conn:
-            rows = await conn.fetch(self.q["find_deliveries"], *filter_args(flt), before_id, limit)
+            rows = await conn.fetch(query, *filter_args(flt), before_id, limit)
         return rows_as(DeliveryRow, rows)
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         """How many deliveries match ``flt``, counting no further than ``cap + 1``."""
+        dead = flt.status == "dead"
+        query = self.q["count_deliveries_dead"] if dead else self.q["count_deliveries"]
         async with self._readonly("counting deliveries") as conn:
-            return int(await conn.fetchval(self.q["count_deliveries"], *filter_args(flt), cap + 1))
+            return int(await conn.fetchval(query, *filter_args(flt), cap + 1))
 
     async def delivery_ids(
         self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
@@ -163,7 +168,8 @@ class PgInspector:
         """
         query = self.q["delivery_ids_dead"] if flt.status == "dead" else self.q["delivery_ids"]
         connect = self._read if listing else self.db.conn
-        async with connect("listing delivery ids") as conn:
+        async with connect("listing delivery ids") as conn, conn.transaction():
+            await conn.execute(self.q["inspect_custom_plans"])
             rows = await conn.fetch(query, *filter_args(flt), after_id, limit)
         return [DeliveryId(r["id"]) for r in rows]
 

@@ -76,11 +76,15 @@ class SQLiteInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         params = {**filter_params(flt, before_id), "limit": limit}
-        return rows_as(DeliveryRow, await self._bounded(self._db.q["find_deliveries"], params))
+        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
+        query = self._db.q["find_deliveries_dead"] if dead else self._db.q["find_deliveries"]
+        return rows_as(DeliveryRow, await self._bounded(query, params))
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         params = {**filter_params(flt), "cap": cap + 1}
-        return int((await self._bounded(self._db.q["count_deliveries"], params))[0][0])
+        dead = flt.status == "dead"
+        query = self._db.q["count_deliveries_dead"] if dead else self._db.q["count_deliveries"]
+        return int((await self._bounded(query, params))[0][0])
 
     async def event(self, event_id: int) -> EventView:
         q = self._db.q

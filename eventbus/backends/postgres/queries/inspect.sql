@@ -159,6 +159,14 @@ SELECT ran_at FROM {schema}.maintenance WHERE name = 'prune';
 -- timeout, so a heavy filter can never hold a connection for long.
 SET LOCAL statement_timeout = '5s';
 
+-- name: inspect_custom_plans
+-- ... and they are planned for the values given each time. The filter's
+-- conditions are all optional; a generic plan (what a pooled connection
+-- settles on after five runs) cannot drop those left NULL, misjudges them all
+-- and joins the whole events table first: 3.4 s for the newest page of
+-- 1,000,000 deliveries, against 0.1 ms planned for the values.
+SET LOCAL plan_cache_mode = force_custom_plan;
+
 -- name: _delivery_filter
 -- The conditions of a DeliveryFilter, included by find_deliveries,
 -- count_deliveries and the id walks ($1 subscription, $2 status, $3 event
@@ -198,6 +206,34 @@ SELECT count(*) FROM (
     JOIN {schema}.subscriptions s ON s.id = d.subscription_id
     JOIN {schema}.events e ON e.id = d.event_id
     WHERE {_delivery_filter}
+    LIMIT $12
+) capped;
+
+-- name: find_deliveries_dead
+-- As find_deliveries for $2 = 'dead', with the status also written out: only
+-- then can a generic plan (what a pooled connection settles on) read the
+-- dead-letter partial index (deliveries_dead), the dead rows alone, instead of
+-- walking the whole history around them.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND {_delivery_filter}
+  AND ($12::bigint IS NULL OR d.id < $12)
+ORDER BY d.id DESC
+LIMIT $13;
+
+-- name: count_deliveries_dead
+-- As count_deliveries for $2 = 'dead', through deliveries_dead (see find_deliveries_dead).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'dead'
+      AND {_delivery_filter}
     LIMIT $12
 ) capped;
 

@@ -179,6 +179,36 @@ SELECT count(*) FROM (
     LIMIT :cap
 );
 
+-- name: find_deliveries_dead
+-- As find_deliveries for dead letters, the status spelled literally: the
+-- planner may then read deliveries_dead (a few dead rows among millions)
+-- instead of walking the primary key through all of them.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d INDEXED BY deliveries_dead
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries_dead
+-- As count_deliveries for dead letters, through deliveries_dead (see find_deliveries_dead).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d INDEXED BY deliveries_dead
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.status = 'dead'
+      AND d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+      AND {_delivery_filter}
+    LIMIT :cap
+);
+
 -- name: delivery_ids
 -- The ids of the deliveries a filter matches above the walk's cursor, in id
 -- order: one ascending range read of the primary key per batch of a bulk
