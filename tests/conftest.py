@@ -6,6 +6,11 @@ process (each pytest-xdist worker) gets a database of its own on that server,
 dropped when it ends, and each test a fresh schema in it (PostgreSQL) or a
 fresh file (SQLite). ``--backend`` narrows the backend-parametrised tests to
 one backend (tests/contract/README.md).
+
+A third kind, ``postgres-pgbouncer``, reaches the same server through a
+PgBouncer in transaction pooling mode started by the run (the bus opened with
+``?pooler=transaction``). The contract suite runs on it by default; other
+folders when ``--backend postgres-pgbouncer`` is given.
 """
 
 from __future__ import annotations
@@ -21,9 +26,14 @@ import pytest
 from eventbus import Bus
 
 from .support.databases import worker_database
+from .support.pgbouncer import PgBouncer, running_pgbouncer
 from .support.pgserver import PgServer
 
 BACKENDS = ["postgres", "sqlite"]
+POOLED = "postgres-pgbouncer"
+"""PostgreSQL through PgBouncer in transaction mode (``?pooler=transaction``)."""
+POOLED_BY_DEFAULT = ("tests/contract/",)
+"""Folders whose backend tests also run through PgBouncer without ``--backend``."""
 # Folders whose tests start first, so the slowest (real processes, kills,
 # restarts) spread over the xdist workers instead of queuing at the end.
 FIRST = ("tests/faults/", "tests/integration/")
@@ -33,7 +43,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend",
         action="append",
-        choices=BACKENDS,
+        choices=[*BACKENDS, POOLED],
         help="run the backend tests on this backend only (repeatable; default: every backend)",
     )
 
@@ -46,6 +56,22 @@ def _backend_of(item: pytest.Item) -> str | None:
     if "pg_dsn" in getattr(item, "fixturenames", ()):
         return "postgres"
     return None
+
+
+def _kinds(config: pytest.Config, nodeid: str) -> list[str]:
+    chosen = config.getoption("backend") or ()
+    pooled = POOLED in chosen or nodeid.startswith(POOLED_BY_DEFAULT)
+    return [*BACKENDS, POOLED] if pooled else list(BACKENDS)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise ``backend_kind`` over the backends, unless the test names its own."""
+    if "backend_kind" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        if "backend_kind" in str(mark.args[0] if mark.args else mark.kwargs.get("argnames", "")):
+            return
+    metafunc.parametrize("backend_kind", _kinds(metafunc.config, metafunc.definition.nodeid), indirect=True)
 
 
 def _start_rank(item: pytest.Item) -> int:
@@ -85,18 +111,27 @@ def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
         yield dsn
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction pooling mode in front of the run's server, for the whole run."""
+    with running_pgbouncer(pg_server_dsn, "transaction") as bouncer:
+        yield bouncer
 
 
 class Target:
     """Where a test's bus lives: a DSN plus, on PostgreSQL, its own schema."""
 
-    def __init__(self, kind: str, dsn: str, schema: str | None) -> None:
+    def __init__(self, kind: str, dsn: str, schema: str | None, direct_dsn: str | None = None) -> None:
         self.kind = kind
         self.dsn = dsn
         self.schema = schema
+        self.direct_dsn = direct_dsn or dsn
+        """A DSN straight to the database, for a test's own checks (``dsn`` may go through a pooler)."""
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ, EVENTBUS_DSN=self.dsn)
@@ -115,7 +150,11 @@ async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureReque
         return
     dsn = request.getfixturevalue("pg_dsn")
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    yield Target("postgres", dsn, schema)
+    if backend_kind == POOLED:
+        bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
+        yield Target("postgres", f"{bouncer.dsn_for(dsn)}?pooler=transaction", schema, direct_dsn=dsn)
+    else:
+        yield Target("postgres", dsn, schema)
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

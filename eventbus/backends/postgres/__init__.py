@@ -3,6 +3,7 @@
 :class:`PostgresBackend` builds one session (:class:`~._db.PgDb`: the pool,
 the connection held for lone publishes, the named queries of ``queries/``)
 and one object per port on it, each in the module named after its port.
+The DSN's own options (``pooler``, ``listen_dsn``, ...) are read in ``_dsn``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Literal
 
 from ..base import Backend
 from ._db import STATEMENT_LIFETIME_SECONDS, PgDb
+from ._dsn import pg_options
 from .delivery import PgDeliveries
 from .inspect import PgInspector
 from .operate import PgOperator
@@ -24,7 +26,22 @@ __all__ = ["PostgresBackend"]
 
 
 class PostgresBackend:
-    """Stores the bus in one PostgreSQL schema; ``migrate`` applies pending migrations on open."""
+    """Stores the bus in one PostgreSQL schema; ``migrate`` applies pending migrations on open.
+
+    :param pooler: what sits between the bus and PostgreSQL: ``"none"``
+        (default), ``"session"`` (a session pooler: nothing changes) or
+        ``"transaction"`` (PgBouncer ``pool_mode = transaction`` or a managed
+        pooler like it: no named prepared statements, and no LISTEN through
+        it). Also the DSN option ``?pooler=transaction``.
+    :param pooler_prepared_statements: the transaction pooler carries
+        protocol-level prepared statements (PgBouncer 1.21 or later with
+        ``max_prepared_statements`` above zero), so the statement cache stays.
+    :param listen_dsn: a direct DSN for the worker's LISTEN connection (also
+        ``EVENTBUS_LISTEN_DSN``); behind a transaction pooler without it,
+        workers poll every ``poll_interval_seconds``.
+    :param poll_interval_seconds: how often a worker that cannot LISTEN looks
+        for work (default 0.5).
+    """
 
     kind: Literal["postgres"] = "postgres"
 
@@ -38,18 +55,33 @@ class PostgresBackend:
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
         migrate: bool = False,
+        pooler: str | None = None,
+        pooler_prepared_statements: bool | None = None,
+        listen_dsn: str | None = None,
+        poll_interval_seconds: float | None = None,
     ) -> None:
-        self.db = PgDb(
+        self.options = pg_options(
             dsn,
+            pooler=pooler,
+            pooler_prepared_statements=pooler_prepared_statements,
+            listen_dsn=listen_dsn,
+            poll_interval_seconds=poll_interval_seconds,
+        )
+        """The pooler, LISTEN and poll settings, and the DSN the driver gets."""
+        self.db = PgDb(
+            self.options.dsn,
             schema,
             min_pool_size=min_pool_size,
             max_pool_size=max_pool_size,
             command_timeout=command_timeout,
             statement_lifetime_seconds=statement_lifetime_seconds,
+            statement_cache=self.options.statement_cache,
         )
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""
-        self.wakeups = PgWakeups(self.db)
+        self.wakeups = PgWakeups(
+            self.options.listen_target, self.db.channel, self.options.poll_interval_seconds
+        )
         self.deliveries = PgDeliveries(self.db, self.wakeups)
         self.inspect = PgInspector(self.db)
         self.operate = PgOperator(self.db)

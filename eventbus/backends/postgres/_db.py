@@ -135,6 +135,7 @@ class PgDb:
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
+        statement_cache: bool = True,
     ) -> None:
         self.dsn = check_dsn(dsn)
         self.schema = validate_schema(schema)
@@ -147,6 +148,8 @@ class PgDb:
         self.ready = False
         self._pool_size = (min_pool_size, max_pool_size)
         self._statement_lifetime = statement_lifetime_seconds
+        self.statement_cache = statement_cache
+        """Whether connections keep named prepared statements (off behind a transaction pooler)."""
         self._pool: asyncpg.Pool | None = None
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
@@ -172,12 +175,24 @@ class PgDb:
                         min_size=self._pool_size[0],
                         max_size=self._pool_size[1],
                         command_timeout=self.command_timeout,
-                        max_cached_statement_lifetime=self._statement_lifetime,
                         reset=_keep_session,
+                        **self._statement_settings(),
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
+
+    def _statement_settings(self) -> dict[str, int]:
+        """asyncpg's statement cache: named statements re-prepared every period, or none at all.
+
+        Without the cache asyncpg sends each query as the unnamed statement,
+        parsed again with its Bind and Execute in one message group, so a
+        transaction pooler may hand every query to another server connection
+        (one more round trip per query: the Describe before the Bind).
+        """
+        if self.statement_cache:
+            return {"max_cached_statement_lifetime": self._statement_lifetime}
+        return {"statement_cache_size": 0}
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:

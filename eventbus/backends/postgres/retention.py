@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import anyio
 import orjson
 
 from .._observe import Override, shortest_cutoff
@@ -26,16 +25,15 @@ class PgRetention:
 
     @contextlib.asynccontextmanager
     async def lock(self) -> AsyncIterator[bool]:
-        """Try to become the one pruner (a session advisory lock); yields False when another is."""
-        async with self.db.conn() as conn:
-            held = bool(await conn.fetchval(self.q["prune_try_lock"], self.db.channel))
-            try:
-                yield held
-            finally:
-                if held:
-                    # Shielded: a pooled connection must never keep the lock after a cancel.
-                    with anyio.CancelScope(shield=True):
-                        await conn.fetchval(self.q["prune_unlock"], self.db.channel)
+        """Try to become the one pruner; yields False when another is.
+
+        The lock is transaction-scoped, in a transaction that stays open
+        (idle, with no snapshot, so it holds back no vacuum) until the pass
+        ends: its connection is the pass's own, also behind a transaction
+        pooler, and a cancelled pass rolls it back with the lock.
+        """
+        async with self.db.conn() as conn, conn.transaction():
+            yield bool(await conn.fetchval(self.q["prune_try_lock"], self.db.channel))
 
     async def prune_batch(
         self,

@@ -2,11 +2,11 @@
 -- quoted schema.
 
 -- name: prune_try_lock
--- One pruner at a time per schema (a session lock, released after the pass).
-SELECT pg_try_advisory_lock(hashtext($1 || ':prune'));
-
--- name: prune_unlock
-SELECT pg_advisory_unlock(hashtext($1 || ':prune'));
+-- One pruner at a time per schema. Transaction-scoped, taken in a transaction
+-- kept open for the pass: it ends with that transaction however the pass
+-- ends, and it holds behind a transaction pooler, where a session lock would
+-- stay on whichever server connection took it and its unlock go to another.
+SELECT pg_try_advisory_xact_lock(hashtext($1 || ':prune'));
 
 -- name: prune_batch
 -- One batch of the retention walk: the next $2 events after $1 in primary key
