@@ -52,6 +52,14 @@ _UNAVAILABLE = (
     asyncpg.InternalClientError,  # a pooled connection left mid-operation by a server restart
 )
 
+# What a transaction pooler does to named prepared statements: another
+# client's statement of the same name on the server connection it was handed,
+# or none of its own.
+_POOLED_STATEMENT = (
+    asyncpg.exceptions.DuplicatePreparedStatementError,
+    asyncpg.exceptions.InvalidSQLStatementNameError,
+)
+
 # How long a pooled connection keeps a prepared statement before preparing it
 # again. PostgreSQL settles on a generic plan after five executions and keeps
 # it until the table's statistics change; where autovacuum is off or behind, a
@@ -75,6 +83,11 @@ def translate_errors(operation: str = "the operation", timeout: float | None = N
         raise
     except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
         raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+    except _POOLED_STATEMENT as exc:
+        raise BackendError(
+            f"PostgreSQL refused the operation: {exc.message}; is a transaction pooler "
+            "(PgBouncer pool_mode = transaction) in front? Add ?pooler=transaction to the DSN"
+        ) from exc
     except TimeoutError as exc:
         within = f" within {timeout:g}s" if timeout is not None else ""
         raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc

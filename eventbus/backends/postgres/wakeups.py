@@ -32,7 +32,7 @@ class PollingWaker(Waker):
 
     async def run(self) -> None:
         """Sweep every interval until cancelled."""
-        log.info(
+        log.warning(
             "no LISTEN behind a transaction pooler: polling for work every %gs "
             "(give listen_dsn= a direct connection for wake-ups)",
             self.interval_seconds,
