@@ -137,7 +137,7 @@ async def _all_done(pg_dsn: str, schema: str, count: int) -> bool:
 async def test_concurrent_migrations_through_a_transaction_pooler_apply_each_file_once(
     pgbouncer: PgBouncer, pg_dsn: str, schema: str, tmp_path: Path
 ) -> None:
-    """The migration lock is transaction-scoped, taken in each file's transaction: it holds through the pooler."""
+    """The migration lock is transaction-scoped, in each file's transaction: it holds through a pooler."""
     group = ProcessGroup(tmp_path)
     env = group.env({"EVENTBUS_DSN": pooled_dsn(pgbouncer, pg_dsn, "poll"), "EVENTBUS_SCHEMA": schema})
     runners = [group.spawn([EVENTBUS, "migrate"], env, "migrate", split_stdout=True) for _ in range(3)]

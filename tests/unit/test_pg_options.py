@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -51,9 +52,7 @@ def test_session_pooler_and_prepared_statement_support_keep_the_cache() -> None:
         (POOLED, {"listen_dsn": f"{DIRECT}?pooler=transaction"}, "direct connection"),
     ],
 )
-def test_bad_options_are_refused_with_the_reason(
-    dsn: str, arguments: dict[str, object], message: str
-) -> None:
+def test_bad_options_are_refused_with_the_reason(dsn: str, arguments: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Bus(dsn, **arguments)
 

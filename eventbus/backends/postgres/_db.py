@@ -60,6 +60,8 @@ _POOLED_STATEMENT = (
     asyncpg.exceptions.InvalidSQLStatementNameError,
 )
 
+_STATEMENT_CACHE_SIZE = 100  # asyncpg's default
+
 # How long a pooled connection keeps a prepared statement before preparing it
 # again. PostgreSQL settles on a generic plan after five executions and keeps
 # it until the table's statistics change; where autovacuum is off or behind, a
@@ -189,13 +191,15 @@ class PgDb:
                         max_size=self._pool_size[1],
                         command_timeout=self.command_timeout,
                         reset=_keep_session,
-                        **self._statement_settings(),
+                        statement_cache_size=self._statement_cache_size,
+                        max_cached_statement_lifetime=self._statement_lifetime,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
 
-    def _statement_settings(self) -> dict[str, int]:
+    @property
+    def _statement_cache_size(self) -> int:
         """asyncpg's statement cache: named statements re-prepared every period, or none at all.
 
         Without the cache asyncpg sends each query as the unnamed statement,
@@ -203,9 +207,7 @@ class PgDb:
         transaction pooler may hand every query to another server connection
         (one more round trip per query: the Describe before the Bind).
         """
-        if self.statement_cache:
-            return {"max_cached_statement_lifetime": self._statement_lifetime}
-        return {"statement_cache_size": 0}
+        return _STATEMENT_CACHE_SIZE if self.statement_cache else 0
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import urllib.parse
-from typing import Literal, NamedTuple, TypeVar, cast
+from typing import Literal, NamedTuple, TypeVar
 
 from ...errors import ConfigurationError
 
@@ -74,9 +74,7 @@ def pg_options(
 ) -> PgOptions:
     """The backend's settings from the DSN's options, the keyword arguments and the environment."""
     driver_dsn, found = _split(dsn)
-    chosen = _agree("pooler", pooler, found.get("pooler"), "none")
-    if chosen not in POOLERS:
-        raise ConfigurationError(f"pooler must be one of {', '.join(POOLERS)}; got {chosen!r}")
+    chosen = _pooler(_agree("pooler", pooler, found.get("pooler"), "none"))
     prepared = _agree(
         "pooler_prepared_statements",
         pooler_prepared_statements,
@@ -92,7 +90,7 @@ def pg_options(
         raise ConfigurationError(f"poll_interval_seconds must be a finite number above zero; got {poll}")
     if listen is not None:
         _check_listen_dsn(listen)
-    return PgOptions(driver_dsn, cast(Pooler, chosen), prepared, listen, poll)
+    return PgOptions(driver_dsn, chosen, prepared, listen, poll)
 
 
 def _split(dsn: str) -> tuple[str, dict[str, str]]:
@@ -114,6 +112,13 @@ def _split(dsn: str) -> tuple[str, dict[str, str]]:
         found[name] = value
     theirs = urllib.parse.urlencode([(k, v) for k, v in pairs if k not in _OPTIONS])
     return (f"{scheme}?{theirs}" if theirs else scheme), found
+
+
+def _pooler(value: str) -> Pooler:
+    for known in POOLERS:
+        if value == known:
+            return known
+    raise ConfigurationError(f"pooler must be one of {', '.join(POOLERS)}; got {value!r}")
 
 
 def _flag(value: str | None) -> bool | None:
