@@ -10,7 +10,9 @@ one backend (tests/contract/README.md).
 A third kind, ``postgres-pgbouncer``, reaches the same server through a
 PgBouncer in transaction pooling mode started by the run (the bus opened with
 ``?pooler=transaction``). The contract suite runs on it by default; other
-folders when ``--backend postgres-pgbouncer`` is given.
+folders when ``--backend postgres-pgbouncer`` is given. A fourth,
+``postgres-pgbouncer-session`` (PgBouncer in session mode, ``?pooler=session``),
+runs only when named with ``--backend``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from .support.pgserver import PgServer
 BACKENDS = ["postgres", "sqlite"]
 POOLED = "postgres-pgbouncer"
 """PostgreSQL through PgBouncer in transaction mode (``?pooler=transaction``)."""
+POOLED_SESSION = "postgres-pgbouncer-session"
+"""PostgreSQL through PgBouncer in session mode (``?pooler=session``): only with ``--backend``."""
 POOLED_BY_DEFAULT = ("tests/contract/",)
 """Folders whose backend tests also run through PgBouncer without ``--backend``."""
 # Folders whose tests start first, so the slowest (real processes, kills,
@@ -43,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend",
         action="append",
-        choices=[*BACKENDS, POOLED],
+        choices=[*BACKENDS, POOLED, POOLED_SESSION],
         help="run the backend tests on this backend only (repeatable; default: every backend)",
     )
 
@@ -61,7 +65,7 @@ def _backend_of(item: pytest.Item) -> str | None:
 def _kinds(config: pytest.Config, nodeid: str) -> list[str]:
     chosen = config.getoption("backend") or ()
     pooled = POOLED in chosen or nodeid.startswith(POOLED_BY_DEFAULT)
-    return [*BACKENDS, POOLED] if pooled else list(BACKENDS)
+    return [*BACKENDS, *([POOLED] if pooled else []), *([POOLED_SESSION] if POOLED_SESSION in chosen else [])]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -123,6 +127,13 @@ def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
         yield bouncer
 
 
+@pytest.fixture(scope="session")
+def pgbouncer_session(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer in session pooling mode in front of the run's server, for the whole run."""
+    with running_pgbouncer(pg_server_dsn, "session") as bouncer:
+        yield bouncer
+
+
 class Target:
     """Where a test's bus lives: a DSN plus, on PostgreSQL, its own schema."""
 
@@ -150,9 +161,12 @@ async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureReque
         return
     dsn = request.getfixturevalue("pg_dsn")
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    if backend_kind == POOLED:
-        bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
-        yield Target("postgres", f"{bouncer.dsn_for(dsn)}?pooler=transaction", schema, direct_dsn=dsn)
+    if backend_kind in (POOLED, POOLED_SESSION):
+        bouncer: PgBouncer = request.getfixturevalue(
+            "pgbouncer" if backend_kind == POOLED else "pgbouncer_session"
+        )
+        pooled = f"{bouncer.dsn_for(dsn)}?pooler={bouncer.mode}"
+        yield Target("postgres", pooled, schema, direct_dsn=dsn)
     else:
         yield Target("postgres", dsn, schema)
     conn = await asyncpg.connect(dsn)

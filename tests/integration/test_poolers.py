@@ -17,23 +17,17 @@ import sys
 import time
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import asyncpg
 import pytest
 
-from ..support.pgbouncer import PgBouncer, running_pgbouncer
+from ..support.pgbouncer import PgBouncer
 from ..support.processes import EVENTBUS, ProcessGroup
 
 APP = "tests.apps.cli_app:bus"
-
-
-@pytest.fixture(scope="module")
-def session_pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
-    with running_pgbouncer(pg_server_dsn, "session") as bouncer:
-        yield bouncer
 
 
 @pytest.fixture
@@ -66,11 +60,13 @@ async def completed(pg_dsn: str, schema: str) -> int:
         await conn.close()
 
 
-async def wait_for(check, what: str, seconds: float = 30.0) -> None:
-    with anyio.fail_after(seconds, shield=False):
+async def wait_for(check: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
+    """Wait until ``check()`` holds; fail naming ``what`` after ``seconds``."""
+    with anyio.move_on_after(seconds):
         while not await check():
             await anyio.sleep(0.1)
-    assert await check(), what
+        return
+    raise AssertionError(f"not within {seconds:g}s: {what}")
 
 
 async def listener_up(pg_dsn: str, schema: str) -> bool:
@@ -102,7 +98,7 @@ async def test_migrate_status_publish_and_a_worker_through_pgbouncer(
     mode: str, wake: str, pg_dsn: str, schema: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     bouncer: PgBouncer = request.getfixturevalue(
-        "pgbouncer" if mode == "transaction" else "session_pgbouncer"
+        "pgbouncer" if mode == "transaction" else "pgbouncer_session"
     )
     group = ProcessGroup(tmp_path)
     env = group.env({"EVENTBUS_DSN": pooled_dsn(bouncer, pg_dsn, wake), "EVENTBUS_SCHEMA": schema})

@@ -63,11 +63,6 @@ class PgWakeups:
         )
 
     @property
-    def polling(self) -> bool:
-        """Whether this process polls for work instead of listening."""
-        return isinstance(self.listener, PollingWaker)
-
-    @property
     def healthy(self) -> bool:
         """Whether the LISTEN connection is up and heard its last probe (or the poll runs)."""
         return self.listener.healthy
