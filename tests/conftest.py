@@ -53,11 +53,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def _backend_of(item: pytest.Item) -> str | None:
-    """The backend a test runs on: its ``backend_kind``, or PostgreSQL for a PostgreSQL-only test."""
+    """The backend a test runs on: its ``backend_kind``, PgBouncer for a pooler test, else PostgreSQL
+    for a PostgreSQL-only test."""
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "backend_kind" in callspec.params:
         return str(callspec.params["backend_kind"])
-    if "pg_dsn" in getattr(item, "fixturenames", ()):
+    fixtures = getattr(item, "fixturenames", ())
+    if "pgbouncer" in fixtures or "pgbouncer_session" in fixtures:
+        return POOLED
+    if "pg_dsn" in fixtures:
         return "postgres"
     return None
 

@@ -95,11 +95,15 @@ def pooled_dsn(bouncer: PgBouncer, pg_dsn: str, wake: str) -> str:
     [("transaction", "listen_dsn"), ("transaction", "poll"), ("session", "listen")],
 )
 async def test_migrate_status_publish_and_a_worker_through_pgbouncer(
-    mode: str, wake: str, pg_dsn: str, schema: str, tmp_path: Path, request: pytest.FixtureRequest
+    mode: str,
+    wake: str,
+    pgbouncer: PgBouncer,
+    pg_dsn: str,
+    schema: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    bouncer: PgBouncer = request.getfixturevalue(
-        "pgbouncer" if mode == "transaction" else "pgbouncer_session"
-    )
+    bouncer = pgbouncer if mode == "transaction" else request.getfixturevalue("pgbouncer_session")
     group = ProcessGroup(tmp_path)
     env = group.env({"EVENTBUS_DSN": pooled_dsn(bouncer, pg_dsn, wake), "EVENTBUS_SCHEMA": schema})
     assert run(env, "migrate").stdout.startswith("applied: 0001_create_events.sql")
