@@ -425,7 +425,7 @@ class Bus(Router):
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, got {limit}")
         flt = DeliveryFilter(status="dead", subscription=subscription, event_type=event_type, since=since)
-        ids = await self.backend.inspect.delivery_ids(flt, limit)
+        ids = await self.backend.inspect.delivery_ids(flt, limit, listing=True)
         rows: list[DeliveryRow] = []
         for start in range(0, len(ids), MAX_INSPECT_ROWS):
             page = ids[start : start + MAX_INSPECT_ROWS]

@@ -28,10 +28,39 @@ def _loop_options() -> dict[str, Any]:
 
 
 def run(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run ``fn``; a user's mistake (a typed eventbus error, a click error), even one raised
+    inside a task group, becomes click's one line and non-zero exit."""
     try:
         return anyio.run(fn, backend_options=_loop_options())
     except EventBusError as exc:
-        raise click.ClickException(f"{type(exc).__name__}: {exc.message}") from exc
+        raise _one_line(exc) from exc
+    except BaseExceptionGroup as group:
+        mistake = _user_mistake(group)
+        if mistake is None:
+            raise
+        raise _one_line(mistake) from mistake
+
+
+def _one_line(exc: BaseException) -> click.ClickException:
+    if isinstance(exc, click.ClickException):
+        return exc
+    assert isinstance(exc, EventBusError)
+    return click.ClickException(f"{type(exc).__name__}: {exc.message}")
+
+
+def _user_mistake(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first of ``group``'s exceptions when every one is a user's mistake, else None."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending[:0] = exc.exceptions
+        else:
+            leaves.append(exc)
+    if leaves and all(isinstance(e, click.ClickException | EventBusError) for e in leaves):
+        return leaves[0]
+    return None
 
 
 def load_app(spec: str) -> Bus:

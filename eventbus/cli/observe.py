@@ -169,6 +169,8 @@ def print_status(report: StatusReport) -> None:
     """The text form of ``eventbus status``."""
     click.echo(f"events: {report.events}")
     click.echo(f"oldest runnable pending: {_age(report.oldest_pending_seconds)}")
+    if report.replica_lag_seconds is not None:
+        click.echo(f"counts read from a replica, {report.replica_lag_seconds:.1f}s behind the primary")
     click.echo(f"{'EVENT TYPE':<32} {'EVENTS':>9} {'SUBSCRIPTIONS':>13}")
     for t in report.event_types:
         count = f"{t.events}+" if t.events_capped else str(t.events)

@@ -35,6 +35,7 @@ from ..observe import DeliveryTracker
 from ..router import Subscription
 from ._claims import ClaimLoop
 from ._execute import Executor
+from ._health import Phase, WorkerHealth, health, serve_health
 from ._results import ResultWriter
 from ._shield import Shield
 from ._upkeep import report_alive, upkeep_services
@@ -42,7 +43,7 @@ from ._upkeep import report_alive, upkeep_services
 if TYPE_CHECKING:
     from ..bus import Bus
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerHealth", "serve_health"]
 
 log = logging.getLogger("eventbus.worker")
 
@@ -113,6 +114,10 @@ class Worker:
         self.names = list(subscriptions) if subscriptions else None
         self.id = str(uuid.uuid4())
         self._stopping = False
+        self.phase: Phase = "starting"
+        """``starting``, ``serving``, ``stopping`` (draining after :meth:`stop`) or ``stopped``."""
+        self.beat_at: float | None = None
+        """When (monotonic) this worker's heartbeat last reached the database."""
         self._grace_over = False  # running handlers outlived the grace period
         self._loop_scope: anyio.CancelScope | None = None
         self._handler_scope: anyio.CancelScope | None = None
@@ -155,6 +160,8 @@ class Worker:
         whatever stays unwritten cover it.
         """
         self._stopping = True
+        if self.phase == "serving":
+            self.phase = "stopping"
         if self._loop_scope is not None:
             self._loop_scope.cancel()
         if now:
@@ -163,9 +170,21 @@ class Worker:
             if self._handler_scope is not None:
                 self._handler_scope.cancel()
 
+    def health(self) -> WorkerHealth:
+        """This worker's liveness and readiness (see :mod:`eventbus.worker._health`); no I/O."""
+        return health(self)
+
     async def run(self) -> None:
         """Serve until :meth:`stop` (or, in burst mode, until nothing is runnable)."""
+        try:
+            await self._run()
+        finally:
+            self.phase = "stopped"
+
+    async def _run(self) -> None:
         await self._register()
+        if not self._stopping:
+            self.phase = "serving"
         async with anyio.create_task_group() as services:
             if not self.burst:
                 services.start_soon(self.wakeups.run, name="wake-up listener")

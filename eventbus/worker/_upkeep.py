@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -125,6 +126,8 @@ async def report_alive(worker: Worker, *, gone: bool = False) -> None:
         await worker.deliveries.worker_beat(worker.id, gone=gone, subscription_ids=served)
     except BackendError as exc:
         log.debug("worker heartbeat not written: %s", exc)
+        return
+    worker.beat_at = time.monotonic()
 
 
 # Ticks at most this often: schedules due within it share one transaction

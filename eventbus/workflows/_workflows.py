@@ -15,6 +15,7 @@ from ..errors import (
     ConfigurationError,
     DuplicateSubscription,
     GuardMismatch,
+    RunEnded,
     UnknownApproval,
     UnknownInstance,
     UnknownMachine,
@@ -190,9 +191,9 @@ class Workflows:
         if not isinstance(checkpoint, m.checkpoint):
             raise ConfigurationError(f"{m.name!r} takes a {m.checkpoint.__qualname__} checkpoint")
         key = m.key(checkpoint)
-        if not isinstance(key, str) or not key or len(key) > 200:
+        if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
             raise ConfigurationError(
-                f"invalid instance key {key!r}: a non-empty string of at most 200 characters"
+                f"invalid instance key {key!r}: a non-empty string of at most 200 characters, no NUL"
             )
         data = m.encode(checkpoint)
         name = f"wf.{m.name}"
@@ -248,17 +249,39 @@ class Workflows:
     # -- the world talks back -------------------------------------------------------
 
     async def signal(
-        self, machine: MachineRef, key: str, name: str, payload: Any = None, *, id: str | None = None
+        self,
+        machine: MachineRef,
+        key: str,
+        name: str,
+        payload: Any = None,
+        *,
+        id: str | None = None,
+        run_id: int | None = None,
     ) -> bool:
-        """Send a durable signal; False when ``id`` was already used for this instance and name.
+        """Send a durable signal to the live run of an instance; False when ``id`` was already
+        used in this run for this name.
 
-        Kept until a visit reads it with ``ctx.signal(name)``; an instance
-        waiting in a state with ``wake_on=name`` is woken at once.
+        Kept until a visit of that run reads it with ``ctx.signal(name)``; an
+        instance waiting in a state with ``wake_on=name`` is woken at once. A
+        signal belongs to one run: a later run never reads it, and may reuse its
+        ``id``. Pass the ``run_id`` the callback was made for (``ctx.run_id``)
+        so a late callback is refused rather than taken by a newer run.
+
+        :raises UnknownInstance: the instance (or run ``run_id``) does not exist.
+        :raises RunEnded: the run is over; nothing is stored.
         """
         m = self.machine(machine)
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ConfigurationError(f"a signal name is a non-empty str without NUL, not {name!r}")
         wake = [s.name for s in m.states.values() if name in s.wake_on]
         data = msgspec.json.encode(payload)
-        return await self.store.signal(m.name, key, name, data, id, wake)
+        result = await self.store.signal(m.name, key, name, data, id, wake, run_id)
+        if result == "missing":
+            run = "" if run_id is None else f" run {run_id}"
+            raise UnknownInstance(f"machine {m.name!r} has no instance {key!r}{run}: signal {name!r} refused")
+        if result == "ended":
+            raise RunEnded(f"{m.name}/{key}: the run is over; signal {name!r} was not stored")
+        return result == "sent"
 
     async def approve(self, approval_id: int, *, by: str, reason: str | None = None) -> WorkflowApprovalRow:
         """Approve a pending request (single use, before it expires); the instance runs the state."""
@@ -273,6 +296,8 @@ class Workflows:
     ) -> WorkflowApprovalRow:
         if not by:
             raise ConfigurationError("say who decides: by=...")
+        if "\x00" in by or "\x00" in (reason or ""):
+            raise ConfigurationError("who decides and why cannot contain NUL characters")
         decided = await self.store.decide(approval_id, status, by, reason)
         if decided is not None:
             return decided

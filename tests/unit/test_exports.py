@@ -36,13 +36,13 @@ TOP_LEVEL = [
 retention, and the errors a caller catches or a handler raises."""
 
 TYPES = [
-    "AttemptRecord", "ChainDelivery", "ChainEvent", "DeliveryDetail", "DeliveryFilter", "DeliveryId",
-    "DeliveryRow", "DeliveryStatus", "DstFold", "DstGap", "EventId", "EventTypeRow", "EventView",
-    "HorizonHolder", "MissedPolicy", "OccurrenceInfo", "OccurrenceStatus", "OverlapPolicy",
-    "PublishResult", "ScheduleInfo", "StartFrom", "StatusDetails", "StatusReport", "StatusRow",
-    "SubscriptionInfo", "SubscriptionState", "SubscriptionStatus", "TableHealth", "TickReport",
-    "WorkerRow", "WorkflowApprovalRow", "WorkflowEffectRow", "WorkflowHistoryRow", "WorkflowInstance",
-    "WorkflowSignalRow", "WorkflowStatus", "trace_id_of",
+    "ApprovalStatus", "AttemptRecord", "ChainDelivery", "ChainEvent", "DeliveryDetail", "DeliveryFilter",
+    "DeliveryId", "DeliveryRow", "DeliveryStatus", "DstFold", "DstGap", "EffectStatus", "EventId",
+    "EventTypeRow", "EventView", "HorizonHolder", "MissedPolicy", "OccurrenceInfo", "OccurrenceStatus",
+    "OverlapPolicy", "PublishResult", "ScheduleInfo", "StartFrom", "StatusDetails", "StatusReport",
+    "StatusRow", "SubscriptionInfo", "SubscriptionState", "SubscriptionStatus", "TableHealth",
+    "TickReport", "WorkerRow", "WorkflowApprovalRow", "WorkflowEffectRow", "WorkflowHistoryRow",
+    "WorkflowInstance", "WorkflowSignalRow", "WorkflowStatus", "trace_id_of",
 ]  # fmt: skip
 """What the bus returns and takes: report rows, filters, ids, policies."""
 

@@ -31,16 +31,20 @@ from .retention import PruneBatch, RetentionStore
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
+    EFFECT_JSON,
+    SignalResult,
     WorkflowApprovalRequest,
     WorkflowEffect,
     WorkflowFacts,
     WorkflowHistoryEntry,
     WorkflowStore,
     WorkflowTransition,
+    signal_target,
     workflow_step,
 )
 
 __all__ = [
+    "EFFECT_JSON",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",
@@ -56,6 +60,7 @@ __all__ = [
     "SchedulePlanner",
     "ScheduleStore",
     "SchemaStore",
+    "SignalResult",
     "SubscriptionSpec",
     "TickPlan",
     "Wakeups",
@@ -66,6 +71,7 @@ __all__ = [
     "WorkflowStore",
     "WorkflowTransition",
     "decode_headers",
+    "signal_target",
     "warn_not_active",
     "workflow_step",
 ]

@@ -138,6 +138,40 @@ async def _keep_session(conn: Any) -> None:
     """
 
 
+DEAD_CLIENT_SECONDS = 10.0
+"""How long the server keeps a session whose client stopped answering (see :func:`session_settings`)."""
+
+
+def session_settings(dead_client_seconds: float | None) -> dict[str, str]:
+    """Settings sent when each pooled connection starts, so the server ends a dead client's session.
+
+    A worker whose host is cut off (a network partition, a host that froze or
+    lost power) can leave a transaction open on the server between two
+    statements, holding the row locks of the deliveries it was completing:
+    another worker's lease recovery skips locked rows, so that work would wait
+    for the operating system's TCP keepalive, two hours by default. Within
+    about ``dead_client_seconds`` instead, the server ends such a session: idle
+    inside a transaction that long (``idle_in_transaction_session_timeout``; the
+    bus never leaves one idle for more than a round trip), or not answering
+    keepalive probes or acknowledging data that long (``tcp_keepalives_*``,
+    ``tcp_user_timeout``). ``None`` leaves the server's own settings.
+    """
+    if dead_client_seconds is None:
+        return {}
+    if not dead_client_seconds >= 1:
+        raise ConfigurationError(
+            f"dead_client_seconds must be at least 1 (or None), got {dead_client_seconds}"
+        )
+    seconds = int(dead_client_seconds)
+    return {
+        "idle_in_transaction_session_timeout": f"{seconds}s",
+        "tcp_user_timeout": str(seconds * 1000),
+        "tcp_keepalives_idle": str(max(1, seconds // 2)),
+        "tcp_keepalives_interval": str(max(1, seconds // 4)),
+        "tcp_keepalives_count": "2",
+    }
+
+
 class PgDb:
     """The pool of one schema, the connection held for lone publishes, and the named queries."""
 
@@ -150,9 +184,12 @@ class PgDb:
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
+        dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
         statement_cache: bool = True,
+        transaction_pooler: bool = False,
     ) -> None:
         self.dsn = check_dsn(dsn)
+        self.server_settings = session_settings(dead_client_seconds)
         self.schema = validate_schema(schema)
         self.channel = notify_channel(self.schema)
         """The NOTIFY channel every wake-up of this schema goes through."""
@@ -165,6 +202,8 @@ class PgDb:
         self._statement_lifetime = statement_lifetime_seconds
         self.statement_cache = statement_cache
         """Whether connections keep named prepared statements (off behind a transaction pooler)."""
+        self.transaction_pooler = transaction_pooler
+        """Whether a transaction pooler is in front: no session outlives a transaction."""
         self._pool: asyncpg.Pool | None = None
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
@@ -193,6 +232,7 @@ class PgDb:
                         reset=_keep_session,
                         statement_cache_size=self._statement_cache_size,
                         max_cached_statement_lifetime=self._statement_lifetime,
+                        server_settings=self.server_settings,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc

@@ -273,9 +273,11 @@ class PgDeliveries:
         Every finished delivery leaves an entry in ``deliveries_lease_until``
         that only vacuum removes; while a long transaction holds back the
         xmin horizon none is removed, and a sweep from the start would walk
-        them all every second. A lease that expired before the window (a
-        locked row whose holder then rolled back) is found by the sweep from
-        the start, made first and then spaced by its cost.
+        them all every second. An expired lease whose row another session
+        holds (a dead client's open transaction, until the server ends it) is
+        skipped, and the window then starts no later than it, so it is taken
+        as soon as it is free. The sweep from the start, made first and then
+        spaced by its cost, covers anything else behind the window.
         """
         started = time.monotonic()
         floor = self._swept_to if started < self._full_sweep.due_at else None

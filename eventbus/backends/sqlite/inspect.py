@@ -86,7 +86,9 @@ class SQLiteInspector:
         q = self._db.q
         return await self._db.read(bounded(lambda c: _event(c, q, event_id)))
 
-    async def delivery_ids(self, flt: DeliveryFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+    async def delivery_ids(
+        self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
+    ) -> list[DeliveryId]:
         params = {**filter_params(flt), "after_id": after_id, "limit": limit}
         found = await self._db.fetch("delivery_ids_dead" if flt.status == "dead" else "delivery_ids", params)
         return [DeliveryId(int(r[0])) for r in found]

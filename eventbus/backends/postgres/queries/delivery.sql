@@ -347,7 +347,10 @@ WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2;
 -- pending ones, as by a publish. $3, when given, is where the previous sweep
 -- of this process left off (see PostgresBackend.recover_expired): the walk of
 -- deliveries_lease_until starts there, past the entries of finished rows that
--- a held xmin horizon keeps in the index. swept_at is where this one ends.
+-- a held xmin horizon keeps in the index. swept_at is where this one ends:
+-- now, or the earliest expired lease it had to skip because another session
+-- held its row, so such a row is looked at again by the next sweep rather
+-- than by the next sweep from the start.
 WITH expired AS (
     SELECT id FROM {schema}.deliveries
     WHERE status = 'processing' AND lease_until < now()
@@ -371,9 +374,18 @@ WITH expired AS (
 ), notified AS (
     SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
     WHERE s.id IN (SELECT subscription_id FROM recovered WHERE status = 'pending')
+), skipped AS (
+    -- expired in the window but locked by another session (a peer recovering
+    -- or completing them, or a dead client's transaction the server has not
+    -- ended yet): the next sweep must start no later than they do
+    SELECT min(lease_until) AS at FROM {schema}.deliveries
+    WHERE status = 'processing' AND lease_until < now()
+      AND lease_until >= coalesce($3::timestamptz, '-infinity')
+      AND id NOT IN (SELECT id FROM expired)
 )
 SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM notified) AS notified,
-       (SELECT count(*) FROM expired) AS expired, now() AS swept_at;
+       (SELECT count(*) FROM expired) AS expired,
+       least(now(), (SELECT at FROM skipped)) AS swept_at;
 
 -- name: next_run_in
 -- When the subscription's next claimable delivery is due: the earliest pending

@@ -251,3 +251,13 @@ FROM {schema}.delivery_attempts a
 JOIN {schema}.deliveries d ON d.id = a.delivery_id
 WHERE d.event_id = $1
 ORDER BY a.id;
+
+-- name: replica_lag
+-- Seconds the answering server is behind its primary: 0 when it has replayed
+-- everything it received (an idle primary sends nothing to be behind on), the
+-- age of the last replayed commit otherwise; NULL on a primary.
+SELECT CASE
+    WHEN NOT pg_is_in_recovery() THEN NULL
+    WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
+    ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))::float8
+END;

@@ -6,7 +6,8 @@
 -- in a worker between visits), with the database clock for age caps.
 SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
        EXISTS (SELECT 1 FROM wf_signals s
-               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+               WHERE s.machine = i.machine AND s.key = i.key AND s.run_id = i.run_id
+                 AND s.consumed_version IS NULL)
            AS has_signals
 FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
 
@@ -17,7 +18,8 @@ FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
 -- only for the instances that have some).
 SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
        EXISTS (SELECT 1 FROM wf_signals s
-               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+               WHERE s.machine = i.machine AND s.key = i.key AND s.run_id = i.run_id
+                 AND s.consumed_version IS NULL)
            AS has_signals,
        EXISTS (SELECT 1 FROM wf_approvals a
                WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
@@ -28,10 +30,11 @@ FROM wf_instances i
 WHERE i.machine = :machine AND i.key IN (SELECT value FROM json_each(:keys));
 
 -- name: wf_facts_signals
--- The open signals of instances (:runs is a JSON list of [key, run_id]), by key in arrival order.
-SELECT s.key, s.id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
+-- The open signals of these runs (:runs is a JSON list of [key, run_id]), by key in arrival order.
+SELECT s.key, s.id, s.run_id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
 FROM json_each(:runs) r
 JOIN wf_signals s ON s.machine = :machine AND s.key = json_extract(r.value, '$[0]')
+                 AND s.run_id = json_extract(r.value, '$[1]')
 WHERE s.consumed_version IS NULL
 ORDER BY s.key, s.id;
 
@@ -97,9 +100,10 @@ WHERE machine = :machine AND key = :key AND consumed_version IS NULL
   AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: wf_signal_waiting
--- Is a signal the state wakes on already here? Then its yield ends at once.
+-- Is a signal of this run the state wakes on already here? Then its yield ends at once.
 SELECT EXISTS (SELECT 1 FROM wf_signals
-               WHERE machine = :machine AND key = :key AND consumed_version IS NULL
+               WHERE machine = :machine AND key = :key AND run_id = :run_id
+                 AND consumed_version IS NULL
                  AND name IN (SELECT value FROM json_each(:names)));
 
 -- name: wf_effect_insert
@@ -117,15 +121,14 @@ VALUES (:machine, :key, :run_id, :state, :input, :input_hash, 'pending', :now,
 
 -- name: wf_approval_update
 -- Guarded by the status the visit saw (a decision that raced it wins); a
--- decision is used once: the transition that acts on it stamps its version.
-UPDATE wf_approvals
-SET status = :status,
-    consumed_version = CASE WHEN :status IN ('approved', 'denied') THEN :version END
+-- decision is used once: the transition that acts on it (uses it, expires or
+-- supersedes it) stamps its version, and no later visit reads it again.
+UPDATE wf_approvals SET status = :status, consumed_version = :version
 WHERE id = :id AND status = :expected AND consumed_version IS NULL;
 
 -- name: wf_lock
 -- Under the write lock already; read the pointer a signal or decision wakes.
-SELECT state, status, version FROM wf_instances WHERE machine = :machine AND key = :key;
+SELECT state, status, version, run_id FROM wf_instances WHERE machine = :machine AND key = :key;
 
 -- name: wf_hasten
 -- A step due now pulls the instance's delayed steps (a tick waiting for its
@@ -136,9 +139,10 @@ WHERE subscription_id IN (SELECT id FROM subscriptions WHERE event_type = :event
   AND ordering_key = :ordering_key AND status = 'pending' AND run_at > :now;
 
 -- name: wf_signal_insert
-INSERT INTO wf_signals (machine, key, name, dedupe, payload, created_at)
-VALUES (:machine, :key, :name, :dedupe, :payload, :now)
-ON CONFLICT (machine, key, name, dedupe) DO NOTHING
+-- For the live run read under the write lock; a dedupe id is unique within its run.
+INSERT INTO wf_signals (machine, key, run_id, name, dedupe, payload, created_at)
+VALUES (:machine, :key, :run_id, :name, :dedupe, :payload, :now)
+ON CONFLICT (machine, key, run_id, name, dedupe) DO NOTHING
 RETURNING id;
 
 -- name: wf_decide
@@ -165,7 +169,7 @@ SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, 
 FROM wf_history WHERE machine = :machine AND key = :key ORDER BY version;
 
 -- name: wf_signals
-SELECT id, name, dedupe, payload, created_at, consumed_version FROM wf_signals
+SELECT id, run_id, name, dedupe, payload, created_at, consumed_version FROM wf_signals
 WHERE machine = :machine AND key = :key AND (NOT :open_only OR consumed_version IS NULL)
 ORDER BY id;
 
