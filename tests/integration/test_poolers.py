@@ -157,12 +157,41 @@ async def test_concurrent_migrations_through_a_transaction_pooler_apply_each_fil
 def test_a_dsn_without_the_pooler_option_fails_in_one_line_naming_it(
     pgbouncer: PgBouncer, pg_dsn: str, schema: str
 ) -> None:
-    """Named prepared statements through a transaction pooler collide with another client's."""
+    """PgBouncer refuses the session settings a direct bus sends when each connection starts."""
     env = ProcessGroup(Path()).env({"EVENTBUS_DSN": pgbouncer.dsn_for(pg_dsn), "EVENTBUS_SCHEMA": schema})
-    run(env, "migrate")  # prepares __asyncpg_stmt_1__... on server connections the pooler keeps
     result = subprocess.run(
-        [sys.executable, "-m", "eventbus", "status"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "eventbus", "migrate"], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode != 0
-    assert "prepared statement" in result.stderr and "?pooler=transaction" in result.stderr
+    assert "startup parameter" in result.stderr and "?pooler=transaction" in result.stderr
     assert result.stderr.strip().count("\n") == 0, result.stderr
+
+
+# A process of its own per bus: asyncpg numbers its statements per process, so
+# only another process prepares ``__asyncpg_stmt_1__`` again.
+_STATUS = """
+import sys, anyio
+from eventbus import Bus
+async def main():
+    async with Bus(sys.argv[1], schema=sys.argv[2], dead_client_seconds=None, migrate=True) as bus:
+        await bus.status()
+anyio.run(main)
+"""
+
+
+def test_prepared_statements_through_a_transaction_pooler_are_named_in_the_error(
+    pgbouncer: PgBouncer, pg_dsn: str, schema: str
+) -> None:
+    """Without the pooler option (and without session settings), named statements collide.
+
+    The first process prepares ``__asyncpg_stmt_1__``… on server connections
+    the pooler keeps; the next one's first statement of the same name is refused.
+    """
+    env = ProcessGroup(Path()).env()
+    args = [sys.executable, "-c", _STATUS, pgbouncer.dsn_for(pg_dsn), schema]
+    first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    second = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert second.returncode != 0
+    assert "BackendError: PostgreSQL refused the operation: prepared statement" in second.stderr
+    assert "Add ?pooler=transaction to the DSN" in second.stderr

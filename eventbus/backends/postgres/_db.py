@@ -90,6 +90,13 @@ def translate_errors(operation: str = "the operation", timeout: float | None = N
             f"PostgreSQL refused the operation: {exc.message}; is a transaction pooler "
             "(PgBouncer pool_mode = transaction) in front? Add ?pooler=transaction to the DSN"
         ) from exc
+    except asyncpg.exceptions.ProtocolViolationError as exc:
+        if "startup parameter" not in str(exc):
+            raise BackendError(f"PostgreSQL refused the operation: {exc}") from exc
+        raise ConfigurationError(
+            f"the server refused the connection: {exc}; is a pooler (PgBouncer) in front? "
+            "Add ?pooler=transaction (or ?pooler=session) to the DSN"
+        ) from exc
     except TimeoutError as exc:
         within = f" within {timeout:g}s" if timeout is not None else ""
         raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc
