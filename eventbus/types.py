@@ -209,6 +209,8 @@ class WorkerRow(msgspec.Struct, frozen=True):
     listener_ok: bool
     listener_reconnects: int
     silent_seconds: float
+    rescued: int = 0
+    """Processing deliveries other workers took back from this one once it was taken for lost."""
 
 
 class SubscriptionInfo(msgspec.Struct, frozen=True):

@@ -20,7 +20,7 @@ import orjson
 from .. import logs
 from ..types import StatusReport
 from ..worker import Worker, serve_health
-from ._common import Obj, enc_hook, load_app, run
+from ._common import ID, Obj, enc_hook, load_app, run
 from .bench import bench
 from .dashboard import dashboard
 from .dlq import dlq
@@ -81,6 +81,13 @@ def migrate(obj: Obj) -> None:
 @click.option(
     "--recovery-interval", default=1.0, show_default=True, help="Seconds between sweeps for expired leases."
 )
+@click.option(
+    "--rescue-after",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="Take back the work of a worker silent this long (seconds, at least 10; 0: never).",
+)
 @click.option("--subscription", "subscriptions", multiple=True, help="Serve only these.")
 @click.option("--migrate/--no-migrate", "run_migrate", default=False, help="Migrate first.")
 @click.option(
@@ -105,6 +112,7 @@ def worker(
     poll_interval: float,
     grace: float,
     recovery_interval: float,
+    rescue_after: float,
     subscriptions: tuple[str, ...],
     run_migrate: bool,
     health_port: int | None,
@@ -128,6 +136,7 @@ def worker(
             poll_interval_seconds=poll_interval,
             grace_seconds=grace,
             recovery_interval_seconds=recovery_interval,
+            rescue_after_seconds=rescue_after or None,
             subscriptions=subscriptions or None,
         )
         with anyio.CancelScope() as closing:  # a second signal bounds closing the bus too
@@ -209,7 +218,7 @@ def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: flo
 
 
 @cli.command()
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=ID, required=True)
 @click.pass_obj
 def cancel(obj: Obj, ids: tuple[int, ...]) -> None:
     """Cancel pending deliveries by ID; deliveries in any other state are left alone."""

@@ -19,6 +19,7 @@ __all__ = [
     "Failure",
     "LeaseKey",
     "OutgoingEvent",
+    "Rescue",
     "SubscriptionSpec",
     "Wakeups",
     "decode_headers",
@@ -122,6 +123,20 @@ def warn_not_active(name: str, state: str) -> None:
         state,
         name,
     )
+
+
+class Rescue(msgspec.Struct, frozen=True):
+    """The processing deliveries taken back from one lost worker by one rescue pass."""
+
+    worker_id: str
+    hostname: str
+    pid: int
+    silent_seconds: float
+    """Since the worker's last heartbeat, by the database's clock."""
+    reason: str
+    """``"silent"`` (no heartbeat for the threshold) or ``"process gone"`` (its process
+    no longer exists on this host)."""
+    deliveries: int
 
 
 def decode_headers(text: str | None) -> dict[str, str]:
@@ -232,6 +247,19 @@ class DeliveryStore(Protocol):
         """Return deliveries whose lease ran out to pending (or dead when out of attempts).
 
         They keep their place, and waiting workers are woken as by a publish.
+        """
+        ...
+
+    async def rescue(self, silent_seconds: float, limit: int = 1000) -> list[Rescue]:
+        """Take back the processing deliveries of lost workers, before their leases run out.
+
+        A worker is lost when its last heartbeat is older than
+        ``silent_seconds`` by the database's clock (so clock skew between hosts
+        does not matter), or when it reported from this host under a process
+        id that no longer exists here. Its deliveries are recovered as an
+        expired lease is (fenced: its results are refused from then on; the
+        attempt counts; dead when out of attempts), the history says
+        ``WorkerLost``, its row counts them, and waiting workers are woken.
         """
         ...
 

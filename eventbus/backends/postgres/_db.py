@@ -129,8 +129,11 @@ def check_dsn(dsn: str) -> str:
         port = host.rpartition("]")[2] if host.startswith("[") else host
         if host.startswith("[") and "]" not in host:
             raise ConfigurationError(f"invalid PostgreSQL DSN: unclosed [ in host {host!r}")
-        if ":" in port and not port.rpartition(":")[2].isdigit():
+        number = port.rpartition(":")[2] if ":" in port else "5432"
+        if not number.isdigit():
             raise ConfigurationError(f"invalid PostgreSQL DSN: port of {host!r} is not a number")
+        if not 0 < int(number) < 65536:
+            raise ConfigurationError(f"invalid PostgreSQL DSN: port of {host!r} is not from 1 to 65535")
     return dsn
 
 

@@ -16,12 +16,14 @@ import asyncpg
 from ...errors import RegistrationError
 from ...types import DeliveryId, PublishResult
 from .._spacing import Spaced
+from .._workers import lost_workers, rescues_of
 from ..ports import (
     ClaimedDelivery,
     Completion,
     Failure,
     LeaseKey,
     OutgoingEvent,
+    Rescue,
     SubscriptionSpec,
     decode_headers,
     warn_not_active,
@@ -289,6 +291,18 @@ class PgDeliveries:
         if row["expired"] < limit:  # else more are left past this sweep's end: start there again
             self._swept_to = row["swept_at"] - _SWEEP_OVERLAP
         return int(row["recovered"])
+
+    async def rescue(self, silent_seconds: float, limit: int = 1000) -> list[Rescue]:
+        """Take back the processing deliveries of lost workers (see ``DeliveryStore.rescue``)."""
+        host = socket.gethostname()
+        async with self.db.conn("worker rescue") as conn:
+            candidates = await conn.fetch(self.q["lost_worker_candidates"], silent_seconds, host)
+            lost = lost_workers(candidates, silent_seconds, host)
+            if not lost:
+                return []
+            ids = [uuid.UUID(i) for i in lost]
+            taken = await conn.fetch(self.q["rescue"], ids, limit, self.db.channel)
+        return rescues_of(lost, {r["worker_id"]: r["n"] for r in taken})
 
     async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         """Seconds until the next claimable delivery is due, or None (see ``DeliveryStore``)."""

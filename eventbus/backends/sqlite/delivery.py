@@ -12,18 +12,23 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from ...errors import RegistrationError
 from ...types import DeliveryId, EventId, PublishResult
+from .._workers import lost_workers, rescues_of
 from ..base import (
     ClaimedDelivery,
     Completion,
     Failure,
     LeaseKey,
     OutgoingEvent,
+    Rescue,
     SubscriptionSpec,
     decode_headers,
     warn_not_active,
@@ -117,6 +122,20 @@ class SQLiteDeliveries:
         moved, types = recovered
         self._db.wake(types)  # other processes see the commit (data_version)
         return moved
+
+    async def rescue(self, silent_seconds: float, limit: int = 1000) -> list[Rescue]:
+        """Take back the processing deliveries of lost workers (see ``DeliveryStore.rescue``).
+
+        The candidates are read without the file's write lock; only a rescue takes it.
+        """
+        host = socket.gethostname()
+        params = {"silent": silent_seconds, "hostname": host, "now": time.time()}
+        lost = lost_workers(await self._db.fetch("lost_worker_candidates", params), silent_seconds, host)
+        if not lost:
+            return []
+        taken, types = await self._db.write(rescue, sorted(lost), limit)
+        self._db.wake(types)
+        return rescues_of(lost, taken)
 
     async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         found = await self._db.fetch("next_run_in", {"subscription_id": subscription_id})
@@ -322,6 +341,28 @@ def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int
         ],
     )
     return len(recovered), event_types_of(conn, q, {int(r["subscription_id"]) for r in recovered})
+
+
+def rescue(
+    conn: sqlite3.Connection, q: Queries, now: float, worker_ids: list[str], limit: int
+) -> tuple[dict[str, int], set[str]]:
+    """The processing deliveries of ``worker_ids``, as :func:`recover_expired` moves expired ones.
+
+    Returns how many were taken from each worker and the event types to wake.
+    """
+    taken = rows(conn, q["rescue"], {"ids": orjson.dumps(worker_ids).decode(), "limit": limit, "now": now})
+    conn.executemany(
+        q["rescue_record"],
+        [
+            {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"], "now": now}
+            for r in taken
+        ],
+    )
+    counts: dict[str, int] = {}
+    for r in taken:
+        counts[r["worker_id"]] = counts.get(r["worker_id"], 0) + 1
+    conn.executemany(q["rescue_count"], [{"id": i, "n": n} for i, n in counts.items()])
+    return counts, event_types_of(conn, q, {int(r["subscription_id"]) for r in taken})
 
 
 def worker_beat(

@@ -425,3 +425,46 @@ UPDATE {schema}.subscriptions SET worker_seen_at = now() WHERE id = ANY($1::int[
 
 -- name: worker_gone
 DELETE FROM {schema}.workers WHERE id = $1 OR heartbeat_at < now() - interval '1 day';
+
+-- name: lost_worker_candidates
+-- Workers holding processing deliveries that are silent for $1 seconds by the
+-- database's clock, or reported from host $2 (whose process ids the caller
+-- can check): a short read of the small workers table and a partial index.
+SELECT w.id::text AS id, w.hostname, w.pid, extract(epoch FROM now() - w.heartbeat_at)::float8 AS silent
+FROM {schema}.workers w
+WHERE (w.heartbeat_at < now() - make_interval(secs => $1) OR w.hostname = $2)
+  AND EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.status = 'processing' AND d.worker_id = w.id);
+
+-- name: rescue
+-- The processing deliveries of lost workers $1, fenced as recover_expired is:
+-- the attempt counts; back to pending, or dead when out of attempts; peers
+-- are notified; each worker's row counts what was taken from it.
+WITH taken AS (
+    SELECT id FROM {schema}.deliveries
+    WHERE status = 'processing' AND worker_id = ANY($1::uuid[])
+    ORDER BY id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE {schema}.deliveries d
+    SET status = CASE WHEN d.attempts >= s.max_attempts THEN 'dead' ELSE 'pending' END,
+        last_error = 'WorkerLost: its worker stopped reporting; taken back before its lease ran out',
+        lease_until = NULL, lease_token = NULL, updated_at = now()
+    FROM taken, {schema}.subscriptions s
+    WHERE d.id = taken.id AND s.id = d.subscription_id AND d.status = 'processing'
+    RETURNING d.id, d.attempts, d.worker_id, d.subscription_id, d.status
+), history AS (
+    INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, error_type, message, worker_id)
+    SELECT id, attempts, 'WorkerLost', 'its worker stopped reporting; taken back before its lease ran out',
+           worker_id
+    FROM rescued
+), counted AS (
+    UPDATE {schema}.workers w SET rescued = w.rescued + c.n
+    FROM (SELECT worker_id, count(*) AS n FROM rescued GROUP BY worker_id) c
+    WHERE w.id = c.worker_id
+), notified AS (
+    SELECT pg_notify($3, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM rescued WHERE status = 'pending')
+)
+SELECT worker_id::text AS worker_id, count(*)::int AS n, (SELECT count(*) FROM notified) AS notified
+FROM rescued GROUP BY worker_id;

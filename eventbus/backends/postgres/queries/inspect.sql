@@ -19,7 +19,7 @@ SELECT count(*) FROM {schema}.events;
 
 -- name: status_workers
 SELECT id::text, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS silent_seconds
+       extract(epoch FROM now() - heartbeat_at)::float8 AS silent_seconds, rescued
 FROM {schema}.workers ORDER BY started_at;
 
 -- name: subscriptions

@@ -255,3 +255,36 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: data_version
 PRAGMA data_version;
+
+-- name: lost_worker_candidates
+-- Workers holding processing deliveries that are silent for :silent seconds,
+-- or reported from host :hostname (whose process ids the caller can check).
+SELECT w.id, w.hostname, w.pid, :now - w.heartbeat_at AS silent
+FROM workers w
+WHERE (w.heartbeat_at < :now - :silent OR w.hostname = :hostname)
+  AND EXISTS (SELECT 1 FROM deliveries d WHERE d.status = 'processing' AND d.worker_id = w.id);
+
+-- name: rescue
+-- The processing deliveries of lost workers (a JSON array of ids), as
+-- recover_expired: the attempt counts; back to pending, or dead when out of
+-- attempts.
+UPDATE deliveries
+SET status = CASE WHEN attempts >= (SELECT s.max_attempts FROM subscriptions s
+                                    WHERE s.id = deliveries.subscription_id)
+                  THEN 'dead' ELSE 'pending' END,
+    last_error = 'WorkerLost: its worker stopped reporting; taken back before its lease ran out',
+    lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id IN (
+    SELECT id FROM deliveries
+    WHERE status = 'processing' AND worker_id IN (SELECT value FROM json_each(:ids))
+    ORDER BY id
+    LIMIT :limit)
+RETURNING id, attempts, worker_id, subscription_id;
+
+-- name: rescue_record
+INSERT INTO delivery_attempts (delivery_id, attempt, error_type, message, worker_id, failed_at)
+VALUES (:delivery_id, :attempt, 'WorkerLost',
+        'its worker stopped reporting; taken back before its lease ran out', :worker_id, :now);
+
+-- name: rescue_count
+UPDATE workers SET rescued = rescued + :n WHERE id = :id;

@@ -20,7 +20,7 @@ SELECT count(*) FROM events;
 
 -- name: status_workers
 SELECT id, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
-       (julianday('now') - 2440587.5) * 86400.0 - heartbeat_at AS silent_seconds
+       (julianday('now') - 2440587.5) * 86400.0 - heartbeat_at AS silent_seconds, rescued
 FROM workers ORDER BY started_at;
 
 -- name: subscriptions
