@@ -133,6 +133,11 @@ class Bus(Router):
         (without ``connection``) share one statement and one commit; a call
         that finds none in flight is sent at once. Each caller still gets its
         own result or error. Off: one transaction per call.
+    :param backend_options: passed to the backend. On PostgreSQL: ``pooler``
+        (``"transaction"`` behind PgBouncer's transaction pooling or a managed
+        pooler like it), ``pooler_prepared_statements``, ``listen_dsn``,
+        ``poll_interval_seconds`` (also DSN options, see the Deploying guide),
+        and the pool sizes (``eventbus.backends.postgres.PostgresBackend``).
     """
 
     def __init__(

@@ -38,7 +38,7 @@ async def _sql(target: Target, query: str) -> None:
         with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as db:
             db.execute(query)
         return
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         await conn.execute(f'SET search_path TO "{target.schema}"')
         await conn.execute(query)

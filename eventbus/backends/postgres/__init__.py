@@ -3,6 +3,7 @@
 :class:`PostgresBackend` builds one session (:class:`~._db.PgDb`: the pool,
 the connection held for lone publishes, the named queries of ``queries/``)
 and one object per port on it, each in the module named after its port.
+The DSN's own options (``pooler``, ``listen_dsn``, ...) are read in ``_dsn``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Literal
 
 from ..base import Backend
 from ._db import DEAD_CLIENT_SECONDS, STATEMENT_LIFETIME_SECONDS, PgDb
+from ._dsn import pg_options
 from ._reads import ReadPool
 from .delivery import PgDeliveries
 from .inspect import PgInspector
@@ -38,6 +40,22 @@ class PostgresBackend:
     server ends a session of this bus whose client stopped answering, releasing
     its locks (see :func:`~eventbus.backends.postgres._db.session_settings`);
     ``None`` keeps the server's settings.
+
+    :param pooler: what sits between the bus and PostgreSQL: ``"none"``
+        (default), ``"session"`` (a session pooler: nothing changes) or
+        ``"transaction"`` (PgBouncer ``pool_mode = transaction`` or a managed
+        pooler like it: no named prepared statements, and no LISTEN through
+        it). Also the DSN option ``?pooler=transaction``. Behind any pooler the
+        ``dead_client_seconds`` settings are not sent (a pooler refuses
+        startup parameters): the pooler's own timeouts end a dead client's transaction.
+    :param pooler_prepared_statements: the transaction pooler carries
+        protocol-level prepared statements (PgBouncer 1.21 or later with
+        ``max_prepared_statements`` above zero), so the statement cache stays.
+    :param listen_dsn: a direct DSN for the worker's LISTEN connection (also
+        ``EVENTBUS_LISTEN_DSN``); behind a transaction pooler without it,
+        workers poll every ``poll_interval_seconds``.
+    :param poll_interval_seconds: how often a worker that cannot LISTEN looks
+        for work (default 0.5).
     """
 
     kind: Literal["postgres"] = "postgres"
@@ -54,19 +72,35 @@ class PostgresBackend:
         dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
         read_dsn: str | None = None,
         migrate: bool = False,
+        pooler: str | None = None,
+        pooler_prepared_statements: bool | None = None,
+        listen_dsn: str | None = None,
+        poll_interval_seconds: float | None = None,
     ) -> None:
-        self.db = PgDb(
+        self.options = pg_options(
             dsn,
+            pooler=pooler,
+            pooler_prepared_statements=pooler_prepared_statements,
+            listen_dsn=listen_dsn,
+            poll_interval_seconds=poll_interval_seconds,
+        )
+        """The pooler, LISTEN and poll settings, and the DSN the driver gets."""
+        self.db = PgDb(
+            self.options.dsn,
             schema,
             min_pool_size=min_pool_size,
             max_pool_size=max_pool_size,
             command_timeout=command_timeout,
             statement_lifetime_seconds=statement_lifetime_seconds,
-            dead_client_seconds=dead_client_seconds,
+            statement_cache=self.options.statement_cache,
+            transaction_pooler=self.options.pooler == "transaction",
+            dead_client_seconds=dead_client_seconds if self.options.pooler == "none" else None,
         )
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""
-        self.wakeups = PgWakeups(self.db)
+        self.wakeups = PgWakeups(
+            self.options.listen_target, self.db.channel, self.options.poll_interval_seconds
+        )
         self.deliveries = PgDeliveries(self.db, self.wakeups)
         read_dsn = read_dsn or os.environ.get("EVENTBUS_READ_DSN")
         self.reads = None if not read_dsn else ReadPool(read_dsn, self.db.server_settings, command_timeout)

@@ -52,6 +52,16 @@ _UNAVAILABLE = (
     asyncpg.InternalClientError,  # a pooled connection left mid-operation by a server restart
 )
 
+# What a transaction pooler does to named prepared statements: another
+# client's statement of the same name on the server connection it was handed,
+# or none of its own.
+_POOLED_STATEMENT = (
+    asyncpg.exceptions.DuplicatePreparedStatementError,
+    asyncpg.exceptions.InvalidSQLStatementNameError,
+)
+
+_STATEMENT_CACHE_SIZE = 100  # asyncpg's default
+
 # How long a pooled connection keeps a prepared statement before preparing it
 # again. PostgreSQL settles on a generic plan after five executions and keeps
 # it until the table's statistics change; where autovacuum is off or behind, a
@@ -75,6 +85,18 @@ def translate_errors(operation: str = "the operation", timeout: float | None = N
         raise
     except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
         raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+    except _POOLED_STATEMENT as exc:
+        raise BackendError(
+            f"PostgreSQL refused the operation: {exc.message}; is a transaction pooler "
+            "(PgBouncer pool_mode = transaction) in front? Add ?pooler=transaction to the DSN"
+        ) from exc
+    except asyncpg.exceptions.ProtocolViolationError as exc:
+        if "startup parameter" not in str(exc):
+            raise BackendError(f"PostgreSQL refused the operation: {exc}") from exc
+        raise ConfigurationError(
+            f"the server refused the connection: {exc}; is a pooler (PgBouncer) in front? "
+            "Add ?pooler=transaction (or ?pooler=session) to the DSN"
+        ) from exc
     except TimeoutError as exc:
         within = f" within {timeout:g}s" if timeout is not None else ""
         raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc
@@ -173,6 +195,8 @@ class PgDb:
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
         dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
+        statement_cache: bool = True,
+        transaction_pooler: bool = False,
     ) -> None:
         self.dsn = check_dsn(dsn)
         self.server_settings = session_settings(dead_client_seconds)
@@ -186,6 +210,10 @@ class PgDb:
         self.ready = False
         self._pool_size = (min_pool_size, max_pool_size)
         self._statement_lifetime = statement_lifetime_seconds
+        self.statement_cache = statement_cache
+        """Whether connections keep named prepared statements (off behind a transaction pooler)."""
+        self.transaction_pooler = transaction_pooler
+        """Whether a transaction pooler is in front: no session outlives a transaction."""
         self._pool: asyncpg.Pool | None = None
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
@@ -211,13 +239,25 @@ class PgDb:
                         min_size=self._pool_size[0],
                         max_size=self._pool_size[1],
                         command_timeout=self.command_timeout,
-                        max_cached_statement_lifetime=self._statement_lifetime,
                         reset=_keep_session,
+                        statement_cache_size=self._statement_cache_size,
+                        max_cached_statement_lifetime=self._statement_lifetime,
                         server_settings=self.server_settings,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
+
+    @property
+    def _statement_cache_size(self) -> int:
+        """asyncpg's statement cache: named statements re-prepared every period, or none at all.
+
+        Without the cache asyncpg sends each query as the unnamed statement,
+        parsed again with its Bind and Execute in one message group, so a
+        transaction pooler may hand every query to another server connection
+        (one more round trip per query: the Describe before the Bind).
+        """
+        return _STATEMENT_CACHE_SIZE if self.statement_cache else 0
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:

@@ -23,7 +23,7 @@ async def _sql(target: Target, sqlite: str, postgres: str, *args: object) -> Non
         with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as db:
             db.execute(sqlite, args)
         return
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         await conn.execute(postgres.replace("{s}", f'"{target.schema}"'), *args)
     finally:
