@@ -103,7 +103,7 @@ class PostgresBackend:
         )
         self.deliveries = PgDeliveries(self.db, self.wakeups)
         read_dsn = read_dsn or os.environ.get("EVENTBUS_READ_DSN")
-        self.reads = None if not read_dsn else ReadPool(read_dsn, self.db.server_settings, command_timeout)
+        self.reads = None if not read_dsn else ReadPool(read_dsn, dead_client_seconds, command_timeout)
         """The read-only pool of ``read_dsn`` (a replica), when the bus has one."""
         self.inspect = PgInspector(self.db, self.reads)
         self.operate = PgOperator(self.db)

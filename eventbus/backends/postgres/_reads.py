@@ -7,7 +7,10 @@ delivery ever reads here: those are guarded statements on the primary, and the
 id walks that precede an operator's action (replay, purge, cancel by filter)
 read the primary too, so a lagging replica cannot make an action miss rows.
 Every session of this pool is read-only (``default_transaction_read_only``),
-so a write sent here by mistake fails instead of landing on a writable host.
+so a write sent here by mistake fails instead of landing on a writable host;
+behind a pooler (``read_dsn`` with ``?pooler=…``), which refuses settings at
+connection start, none are sent, and the statement cache follows the pooler
+as on the primary's pool.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any
 import asyncpg
 
 from ...errors import ConfigurationError
-from ._db import check_dsn, translate_errors
+from ._db import check_dsn, session_settings, translate_errors
+from ._dsn import pg_options
 
 __all__ = ["ReadPool"]
 
@@ -30,9 +34,15 @@ READ_POOL_SIZE = 4
 class ReadPool:
     """A small pool of read-only sessions on ``dsn`` (a replica, or the primary itself)."""
 
-    def __init__(self, dsn: str, server_settings: dict[str, str], command_timeout: float) -> None:
-        self.dsn = check_dsn(dsn)
-        self.server_settings = {**server_settings, "default_transaction_read_only": "on"}
+    def __init__(self, dsn: str, dead_client_seconds: float | None, command_timeout: float) -> None:
+        options = pg_options(dsn)
+        self.dsn = check_dsn(options.dsn)
+        self.server_settings = (
+            {**session_settings(dead_client_seconds), "default_transaction_read_only": "on"}
+            if options.pooler == "none"
+            else {}
+        )
+        self.statement_cache_size = 100 if options.statement_cache else 0
         self.command_timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
 
@@ -46,6 +56,7 @@ class ReadPool:
                         max_size=READ_POOL_SIZE,
                         command_timeout=self.command_timeout,
                         server_settings=self.server_settings,
+                        statement_cache_size=self.statement_cache_size,
                     )
                 except ValueError as exc:
                     raise ConfigurationError(f"invalid PostgreSQL read_dsn: {exc}") from exc
