@@ -22,6 +22,7 @@ from .delivery import (
     OutgoingEvent,
     SubscriptionSpec,
     Wakeups,
+    WorkflowStart,
     decode_headers,
     warn_not_active,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "SubscriptionSpec",
     "TickPlan",
     "Wakeups",
+    "WorkflowStart",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
     "WorkflowFacts",

@@ -56,7 +56,8 @@ ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
--- untouched and returns no row: starting is idempotent per key.
+-- untouched and returns no row: starting is idempotent per key. With :once,
+-- a completed run is untouched too (one statement under the write lock).
 INSERT INTO wf_instances AS i (machine, key, state, status, checkpoint, next_run_at,
                                state_entered_at, run_started_at, created_at, updated_at)
 VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now)
@@ -65,7 +66,7 @@ SET run_id = i.run_id + 1, state = excluded.state, status = 'pending', version =
     visits = '{}', attempts = 0, checkpoint = excluded.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = :now,
     state_entered_at = :now, run_started_at = :now, updated_at = :now
-WHERE i.status IN ('completed', 'failed', 'cancelled')
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (:once AND i.status = 'completed')
 RETURNING *, :now AS now, 0 AS has_signals;
 
 -- name: wf_move
