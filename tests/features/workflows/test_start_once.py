@@ -1,4 +1,4 @@
-"""Runs that start once, ever: ``start(..., once=True)`` and ``ctx.start`` with a delivery, on both backends."""
+"""Runs that start once, ever: ``start(..., once=True)``, and ``ctx.start`` with a delivery."""
 
 from __future__ import annotations
 
@@ -135,7 +135,8 @@ async def test_a_completion_refused_for_a_lost_lease_starts_nothing(ebus: Bus) -
     assert await ebus.backend.deliveries.recover_expired() == 1
     (new,) = await ebus.backend.deliveries.claim(ids["uploads"], 1, 30, worker)
     start = ebus.workflows.prepare(encode, Video("v-6"))
-    assert await ebus.backend.deliveries.complete([Completion(old.id, old.lease_token, (), (start,))]) == set()
+    stale = Completion(old.id, old.lease_token, (), (start,))
+    assert await ebus.backend.deliveries.complete([stale]) == set()
     assert await ebus.backend.workflows.load("encode", "v-6") is None, "the stale completion started nothing"
     assert await ebus.backend.deliveries.complete([Completion(new.id, new.lease_token, (), (start,))]) == {
         (new.id, new.lease_token)
