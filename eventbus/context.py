@@ -87,11 +87,14 @@ class Context:
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         ordering_key: str | None = None,
+        once: bool = False,
     ) -> None:
         """Publish ``event`` atomically with this delivery's completion.
 
         Nothing is written if the handler fails or the completion does not
-        commit; with a ``key``, a re-run after a crash cannot duplicate it.
+        commit; with a ``key``, a re-run after a crash cannot duplicate it
+        (and with ``once=True`` the key is kept for good, as
+        ``bus.publish(..., once=True)`` keeps it).
         The event is checked here, as :meth:`Bus.publish` checks it: a bad key
         (:class:`InvalidKey`), headers (:class:`EncodeError`) or size
         (:class:`PayloadTooLarge`) raises in the handler.
@@ -105,6 +108,7 @@ class Context:
                 ordering_key=ordering_key,
                 correlation_id=self.correlation_id,
                 causation_id=self.event_id,
+                once=once,
             )
         )
 

@@ -45,6 +45,8 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     correlation_id: int | None = None
     causation_id: int | None = None
     ordering_key: str | None = None
+    keep_key: bool = False
+    """Keep the key for good (``once=True``): honoured past the dedup window, whatever retention deletes."""
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):

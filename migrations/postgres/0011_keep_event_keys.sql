@@ -1,0 +1,12 @@
+-- Keys published with once=True are kept here for good: the retention pass
+-- deletes events (and their keys with them) after the dedup window, never a
+-- row of this table. A publish with once=True reads it before the insert, and
+-- writes it in the same transaction as the event, so an event is never
+-- visible without its kept key.
+CREATE TABLE {schema}.kept_keys (
+    event_type text        NOT NULL,
+    key        text        NOT NULL,
+    event_id   bigint      NOT NULL,   -- the event first published with the key (it may be pruned)
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (event_type, key)
+);
