@@ -307,7 +307,8 @@ class PgDb:
     async def publish_on(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         """Append ``events`` and fan them out on ``conn`` (in its transaction, if any)."""
         if any(e.keep_key for e in events):  # once=True: see _kept
-            return await publish_kept(conn, self.q, events, self._publish_plain)
+            kept = (self.q["kept_keys"], self.q["keep_keys"])
+            return await publish_kept(conn, kept, events, self._publish_plain)
         return await self._publish_plain(conn, events)
 
     async def _publish_plain(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
