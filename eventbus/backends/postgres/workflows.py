@@ -102,6 +102,8 @@ async def start_on(db: PgDb, conn: Any, s: WorkflowStart) -> WorkflowInstance | 
     """
     row = await conn.fetchrow(db.q["wf_start"], s.machine, s.key, s.state, s.checkpoint, s.once)
     if row is None:
+        if s.once:
+            await conn.execute(db.q["wf_keep"], s.machine, s.key)
         return None
     inst = instance_of(row)
     await publish_steps(db, conn, [workflow_step(s.machine, s.key, inst.version, "start")])

@@ -217,6 +217,8 @@ def start_on(
     }  # fmt: skip
     rows = conn.execute(q["wf_start"], params).fetchall()
     if not rows:
+        if s.once:
+            conn.execute(q["wf_keep"], params)
         return None, set()
     inst = instance_of(rows[0])
     _, types = publish_steps(conn, q, now, [workflow_step(s.machine, s.key, inst.version, "start")])

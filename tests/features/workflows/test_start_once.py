@@ -49,6 +49,7 @@ async def ebus(make_bus: BusFactory) -> Bus:
 async def test_once_returns_the_completed_run_and_starts_nothing(ebus: Bus) -> None:
     first = await ebus.workflows.start(encode, Video("v-1"), once=True)
     assert first.started and not first.done and (first.run_id, first.state) == (1, "PROCESS")
+    assert (await ebus.backend.workflows.load("encode", "v-1")).kept  # type: ignore[union-attr]
     await drain(ebus)
     again = await ebus.workflows.start(encode, Video("v-1"), once=True)
     assert not again.started and again.done
@@ -58,6 +59,17 @@ async def test_once_returns_the_completed_run_and_starts_nothing(ebus: Bus) -> N
     assert [h.version for h in await ebus.workflows.history(encode, "v-1")] == [2]
     rerun = await ebus.workflows.start(encode, Video("v-1"))
     assert rerun.started and rerun.run_id == 2, "without once, a finished key starts a new run"
+
+
+async def test_once_marks_kept_a_run_completed_without_it(ebus: Bus) -> None:
+    await ebus.workflows.start(encode, Video("v-8"))
+    await drain(ebus)
+    assert not (await ebus.backend.workflows.load("encode", "v-8")).kept  # type: ignore[union-attr]
+    refused = await ebus.workflows.start(encode, Video("v-8"), once=True)
+    assert refused.done and refused.run_id == 1
+    assert (await ebus.backend.workflows.load("encode", "v-8")).kept, (  # type: ignore[union-attr]
+        "retention must now keep the completed run that refuses starts"
+    )
 
 
 async def test_once_starts_again_a_run_that_failed(ebus: Bus) -> None:

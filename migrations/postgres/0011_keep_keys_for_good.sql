@@ -10,3 +10,8 @@ CREATE TABLE {schema}.kept_keys (
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (event_type, key)
 );
+
+-- An instance a start with once=True named: its completed run is what makes
+-- the next such start a no-op, so retention must keep the row while it is
+-- completed (a failed or cancelled run may go: once=True starts it again).
+ALTER TABLE {schema}.wf_instances ADD COLUMN kept boolean NOT NULL DEFAULT false;

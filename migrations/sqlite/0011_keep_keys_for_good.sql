@@ -10,3 +10,8 @@ CREATE TABLE kept_keys (
     created_at REAL    NOT NULL,
     PRIMARY KEY (event_type, key)
 ) WITHOUT ROWID;
+
+-- An instance a start with once=True named: its completed run is what makes
+-- the next such start a no-op, so retention must keep the row while it is
+-- completed (a failed or cancelled run may go: once=True starts it again).
+ALTER TABLE wf_instances ADD COLUMN kept INTEGER NOT NULL DEFAULT 0;
