@@ -61,6 +61,8 @@ class Envelope(msgspec.Struct, frozen=True):
     delay: float | timedelta | None = None
     headers: dict[str, str] | None = None
     ordering_key: str | None = None
+    once: bool = False
+    """Keep the key for good, as ``publish(..., once=True)`` does."""
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -293,7 +295,9 @@ class Bus(Router):
     ) -> list[PublishResult]:
         """Publish a batch in one round trip; results are in input order."""
         batch = [
-            self.outgoing(e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key)
+            self.outgoing(
+                e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key, once=e.once
+            )
             if isinstance(e, Envelope)
             else self.outgoing(e)
             for e in events

@@ -7,7 +7,7 @@ from datetime import timedelta
 import anyio
 import pytest
 
-from eventbus import Bus, ConfigurationError, Context, NotFound
+from eventbus import Bus, ConfigurationError, Context, Envelope, NotFound
 from eventbus.retention import Retention
 from eventbus.types import PublishResult
 
@@ -90,6 +90,36 @@ async def test_a_follow_up_emitted_once_is_never_emitted_again(bus: Bus) -> None
     await bus.publish(OrderPlaced(order_id="o-1"))
     await drain(bus)
     assert paid == ["o-1"], "the second charge's follow-up was a duplicate of the pruned first one"
+
+
+async def test_a_batch_mixes_kept_keys_plain_keys_and_repeats(bus: Bus) -> None:
+    _subscribe(bus)
+    await bus.register()
+    earlier = await bus.publish(OrderPlaced(order_id="k-1"), key="k-1", once=True)
+    await drain(bus)
+    await bus.prune(retention=PAST_THE_WINDOW)
+    results = await bus.publish_many(
+        [
+            Envelope(OrderPlaced(order_id="k-1"), key="k-1", once=True),  # kept, its event pruned
+            Envelope(OrderPlaced(order_id="k-2"), key="k-2", once=True),  # new
+            Envelope(OrderPlaced(order_id="k-2"), key="k-2", once=True),  # repeated in the batch
+            Envelope(OrderPlaced(order_id="p-1"), key="p-1"),  # a plain key
+            OrderPlaced(order_id="no-key"),
+        ]
+    )
+    assert results[0] == PublishResult(earlier.event_id, duplicate=True)
+    assert not results[1].duplicate and results[2] == PublishResult(results[1].event_id, duplicate=True)
+    assert not results[3].duplicate and not results[4].duplicate
+    await drain(bus)
+    await bus.prune(retention=PAST_THE_WINDOW)
+    again = await bus.publish_many(
+        [
+            Envelope(OrderPlaced(order_id="k-2"), key="k-2", once=True),
+            Envelope(OrderPlaced(order_id="p-1"), key="p-1", once=True),
+        ]
+    )
+    assert again[0] == PublishResult(results[1].event_id, duplicate=True)
+    assert not again[1].duplicate, "the plain key went with its event"
 
 
 async def test_once_needs_a_key(bus: Bus) -> None:
