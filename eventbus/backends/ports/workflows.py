@@ -179,6 +179,8 @@ class WorkflowStore(Protocol):
         alone and returned with False, and so, with ``once``, is a run that
         completed (a failed or cancelled one is started again). One guarded
         statement decides: of concurrent starts of a key, one starts the run.
+        With ``once`` the instance is marked ``kept`` (a run started, or a
+        completed one found), so retention keeps the completed run it relies on.
         """
         ...
 
