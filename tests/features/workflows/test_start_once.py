@@ -133,6 +133,20 @@ async def test_a_handler_starts_a_run_with_its_completion_once_across_retries(eb
     assert processed == ["v-5"]
 
 
+async def test_many_handlers_start_in_batched_completions_one_run_per_key(ebus: Bus) -> None:
+    @ebus.subscribe(VideoUploaded, name="uploads")
+    async def uploaded(event: VideoUploaded, ctx: Context) -> None:
+        ctx.start(encode, Video(event.digest), once=True)
+
+    await ebus.register()
+    await ebus.publish_many([VideoUploaded(digest=f"b-{i % 10}") for i in range(30)])
+    await drain(ebus, concurrency=30)
+    runs = await ebus.workflows.instances(encode)
+    assert sorted(i.key for i in runs) == [f"b-{i}" for i in range(10)]
+    assert {(i.run_id, i.status) for i in runs} == {(1, "completed")}
+    assert sorted(processed) == sorted(f"b-{i}" for i in range(10)), "three uploads of a key: one run"
+
+
 async def test_a_completion_refused_for_a_lost_lease_starts_nothing(ebus: Bus) -> None:
     @ebus.subscribe(VideoUploaded, name="uploads", lease_seconds=0.2)
     async def uploaded(event: VideoUploaded, ctx: Context) -> None:
