@@ -61,6 +61,8 @@ class Envelope(msgspec.Struct, frozen=True):
     delay: float | timedelta | None = None
     headers: dict[str, str] | None = None
     ordering_key: str | None = None
+    once: bool = False
+    """Keep the key for good, as ``publish(..., once=True)`` does."""
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -226,12 +228,16 @@ class Bus(Router):
         ordering_key: str | None = None,
         correlation_id: int | None = None,
         causation_id: int | None = None,
+        once: bool = False,
     ) -> OutgoingEvent:
         """Encode and check one event; raises a :class:`PublishError` subclass.
 
         Everything the database will be asked to store is checked here, at the
-        caller (``publish`` or ``ctx.emit``): keys, headers and the size.
+        caller (``publish`` or ``ctx.emit``): keys, headers and the size
+        (and :class:`ConfigurationError` for ``once`` without a key).
         """
+        if once and key is None:
+            raise ConfigurationError("once=True keeps the event's key for good: give it a key=...")
         event_type = event_type_of(type(event))
         headers_json = _encoded_headers(headers)
         payload = self._checked_size(event_type, encode_event(event), headers_json)
@@ -244,6 +250,7 @@ class Bus(Router):
             correlation_id=correlation_id,
             causation_id=causation_id,
             ordering_key=_checked_key("ordering_key", ordering_key),
+            keep_key=once,
         )
         return out if causation_id is None else self.hooks.on_outgoing(out)
 
@@ -266,16 +273,25 @@ class Bus(Router):
         headers: dict[str, str] | None = None,
         ordering_key: str | None = None,
         connection: Any = None,
+        once: bool = False,
     ) -> PublishResult:
         """Append ``event`` to the log and fan it out to every subscription of its type.
 
         With ``key``, a second publish of the same type and key inserts nothing
-        and returns the first event's id with ``duplicate=True``. With
-        ``connection`` (an asyncpg connection inside a transaction), the event
-        exists only if that transaction commits. Concurrent calls without
-        ``connection`` share a commit (see ``coalesce_publishes``).
+        and returns the first event's id with ``duplicate=True``, for as long
+        as the event is kept (at least the retention's ``dedup_window``). With
+        ``once=True`` the key is kept for good, after the event is pruned: a
+        later publish of it with ``once=True`` is a duplicate of the first
+        event, ever. With ``connection`` (an asyncpg connection inside a
+        transaction), the event exists only if that transaction commits.
+        Concurrent calls without ``connection`` share a commit (see
+        ``coalesce_publishes``).
+
+        :raises ConfigurationError: ``once=True`` without a ``key``.
         """
-        out = self.outgoing(event, key=key, delay=delay, headers=headers, ordering_key=ordering_key)
+        out = self.outgoing(
+            event, key=key, delay=delay, headers=headers, ordering_key=ordering_key, once=once
+        )
         (result,) = await self._publish([out], connection)
         return result
 
@@ -284,7 +300,9 @@ class Bus(Router):
     ) -> list[PublishResult]:
         """Publish a batch in one round trip; results are in input order."""
         batch = [
-            self.outgoing(e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key)
+            self.outgoing(
+                e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key, once=e.once
+            )
             if isinstance(e, Envelope)
             else self.outgoing(e)
             for e in events

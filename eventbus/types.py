@@ -411,6 +411,8 @@ class WorkflowInstance(msgspec.Struct, frozen=True):
     now: datetime
     """The database clock when the row was read (caps on age use it)."""
     has_signals: bool = False
+    kept: bool = False
+    """A start with ``once=True`` named this key: retention keeps its row while it is completed."""
 
 
 class WorkflowHistoryRow(msgspec.Struct, frozen=True):

@@ -9,7 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
+from ..backends.base import WorkflowFacts, WorkflowStart, WorkflowStore, WorkflowTransition
 from ..context import Context
 from ..errors import (
     ConfigurationError,
@@ -43,7 +43,13 @@ _STEP_RETRY = RetryPolicy(max_attempts=20, base_delay_seconds=0.5, max_delay_sec
 
 @dataclass(frozen=True)
 class WorkflowRun:
-    """What :meth:`Workflows.start` did: ``started`` is False when a live run was already there."""
+    """What :meth:`Workflows.start` did, and the run of the key as it is now.
+
+    ``started`` is False when a live run was already there, or, with
+    ``once=True``, when a run of the key had completed: then ``status`` is
+    ``"completed"``, ``state`` the terminal state it ended in, and
+    :attr:`done` is True.
+    """
 
     machine: str
     key: str
@@ -51,6 +57,13 @@ class WorkflowRun:
     version: int
     status: WorkflowStatus
     started: bool
+    state: str = ""
+    """The run's current state (the initial state of a run just started)."""
+
+    @property
+    def done(self) -> bool:
+        """Nothing was started because a run of the key had completed (``once=True``)."""
+        return not self.started and self.status == "completed"
 
 
 @dataclass(frozen=True)
@@ -185,8 +198,32 @@ class Workflows:
 
     # -- starting and reading --------------------------------------------------
 
-    async def start(self, machine: MachineRef, checkpoint: Any) -> WorkflowRun:
-        """Start a run for the checkpoint's key; idempotent while a run of that key is live."""
+    async def start(self, machine: MachineRef, checkpoint: Any, *, once: bool = False) -> WorkflowRun:
+        """Start a run for the checkpoint's key; idempotent while a run of that key is live.
+
+        A key whose run ended may be started again, from its initial state. With
+        ``once=True`` a key whose run *completed* is not: the call starts
+        nothing and returns the completed run (``run.done`` is True), so
+        content-addressed work ("this video is processed once") is one call. A
+        run that failed or was cancelled is started again, as without ``once``.
+        The choice is one guarded statement: of concurrent starts of a key,
+        exactly one starts a run.
+
+        :raises ConfigurationError: the checkpoint is not the machine's type, or
+            its key is not a non-empty string of at most 200 characters without NUL.
+        """
+        request = self.prepare(machine, checkpoint, once=once)
+        await self.ensure_registered([request.machine])
+        inst, started = await self.store.start(
+            request.machine, request.key, request.state, request.checkpoint, request.once
+        )
+        await self._engines[request.machine].maybe_sweep()
+        return WorkflowRun(
+            inst.machine, inst.key, inst.run_id, inst.version, inst.status, started, inst.state
+        )
+
+    def prepare(self, machine: MachineRef, checkpoint: Any, *, once: bool = False) -> WorkflowStart:
+        """The checked, encoded start of a run (what :meth:`start` and ``ctx.start`` write)."""
         m = self.machine(machine)
         if not isinstance(checkpoint, m.checkpoint):
             raise ConfigurationError(f"{m.name!r} takes a {m.checkpoint.__qualname__} checkpoint")
@@ -195,14 +232,14 @@ class Workflows:
             raise ConfigurationError(
                 f"invalid instance key {key!r}: a non-empty string of at most 200 characters, no NUL"
             )
-        data = m.encode(checkpoint)
-        name = f"wf.{m.name}"
-        if name not in self._registered:
-            await self._register([name])  # so the first step fans out even before any worker ran
-            self._registered.add(name)
-        inst, started = await self.store.start(m.name, key, m.initial.name, data)
-        await self._engines[m.name].maybe_sweep()
-        return WorkflowRun(m.name, key, inst.run_id, inst.version, inst.status, started)
+        return WorkflowStart(m.name, key, m.initial.name, m.encode(checkpoint), once)
+
+    async def ensure_registered(self, machines: Sequence[str]) -> None:
+        """Record the step subscriptions of ``machines``, so a first step fans out before any worker ran."""
+        names = [f"wf.{m}" for m in machines if f"wf.{m}" not in self._registered]
+        if names:
+            await self._register(names)
+            self._registered.update(names)
 
     async def _load(self, m: Machine[Any], key: str) -> WorkflowInstance:
         row = await self.store.load(m.name, key)

@@ -23,6 +23,7 @@ from .delivery import (
     Rescue,
     SubscriptionSpec,
     Wakeups,
+    WorkflowStart,
     decode_headers,
     warn_not_active,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "WorkflowEffect",
     "WorkflowFacts",
     "WorkflowHistoryEntry",
+    "WorkflowStart",
     "WorkflowStore",
     "WorkflowTransition",
     "decode_headers",

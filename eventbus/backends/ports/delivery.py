@@ -22,6 +22,7 @@ __all__ = [
     "Rescue",
     "SubscriptionSpec",
     "Wakeups",
+    "WorkflowStart",
     "decode_headers",
     "warn_not_active",
 ]
@@ -45,6 +46,8 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     correlation_id: int | None = None
     causation_id: int | None = None
     ordering_key: str | None = None
+    keep_key: bool = False
+    """Keep the key for good (``once=True``): honoured past the dedup window, whatever retention deletes."""
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):
@@ -81,12 +84,28 @@ class ClaimedDelivery(msgspec.Struct):
     """The event whose handler emitted this one."""
 
 
+class WorkflowStart(msgspec.Struct, frozen=True):
+    """A run of a state machine to start: the instance ``(machine, key)`` in ``state``.
+
+    Applied as :meth:`WorkflowStore.start` applies it: a live run is left
+    alone; with ``once``, so is a run that completed.
+    """
+
+    machine: str
+    key: str
+    state: str
+    checkpoint: bytes
+    once: bool = False
+
+
 class Completion(msgspec.Struct, frozen=True):
-    """A successful handler run and the follow-up events it emitted."""
+    """A successful handler run, the follow-up events it emitted and the runs it started."""
 
     delivery_id: DeliveryId
     lease_token: str
     follow_ups: Sequence[OutgoingEvent] = ()
+    starts: Sequence[WorkflowStart] = ()
+    """Runs started with the completion (``ctx.start``), in the same transaction."""
 
     @property
     def lease(self) -> LeaseKey:
@@ -212,12 +231,12 @@ class DeliveryStore(Protocol):
         ...
 
     async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
-        """Mark deliveries completed and insert their follow-ups, in one transaction.
+        """Mark deliveries completed, insert their follow-ups and start their runs, in one transaction.
 
         Only a completion whose lease token still holds is applied, and only
-        its follow-ups are inserted (a stale run of the same delivery in the
-        same batch adds none); the (id, token) pairs applied are returned, and
-        a refused one changes nothing.
+        its follow-ups are inserted and its runs started (a stale run of the
+        same delivery in the same batch adds none); the (id, token) pairs
+        applied are returned, and a refused one changes nothing.
         """
         ...
 

@@ -171,12 +171,16 @@ class WorkflowStore(Protocol):
     """
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step.
 
         Returns the instance and whether a run was started; a live run is left
-        alone and returned with False.
+        alone and returned with False, and so, with ``once``, is a run that
+        completed (a failed or cancelled one is started again). One guarded
+        statement decides: of concurrent starts of a key, one starts the run.
+        With ``once`` the instance is marked ``kept`` (a run started, or a
+        completed one found), so retention keeps the completed run it relies on.
         """
         ...
 

@@ -30,6 +30,7 @@ from ...errors import (
 from ...types import EventId, PublishResult
 from .._sql import load_queries, validate_schema
 from ..ports import OutgoingEvent
+from ._kept import publish_kept
 
 __all__ = [
     "STATEMENT_LIFETIME_SECONDS",
@@ -348,6 +349,14 @@ class PgDb:
 
     async def publish_on(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         """Append ``events`` and fan them out on ``conn`` (in its transaction, if any)."""
+        if any(e.keep_key for e in events):  # once=True: see _kept
+            kept = (self.q["kept_keys"], self.q["keep_keys"])
+            return await publish_kept(conn, kept, events, self._publish_plain)
+        return await self._publish_plain(conn, events)
+
+    async def _publish_plain(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        if not events:
+            return []
         inserted = await self._insert(conn, events)
         if len(inserted) == len(events):  # nothing skipped: every event is new
             return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]

@@ -30,6 +30,7 @@ from ..ports import (
 )
 from ._db import PgDb, translate_errors
 from .wakeups import PgWakeups
+from .workflows import start_on
 
 __all__ = ["PgDeliveries"]
 
@@ -212,10 +213,10 @@ class PgDeliveries:
         return _claimed(rows, subscription_id, str(token))
 
     async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
-        """Mark completed and insert follow-ups, in one transaction, for owned rows only.
+        """Mark completed, insert follow-ups and start runs, in one transaction, for owned rows only.
 
-        Follow-ups are kept by (delivery, token): a stale run of a delivery
-        whose fresh run completes in the same batch adds none.
+        Follow-ups and starts are kept by (delivery, token): a stale run of a
+        delivery whose fresh run completes in the same batch adds none.
         """
         if not completions:
             return set()
@@ -230,6 +231,8 @@ class PgDeliveries:
             follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
             if follow_ups:
                 await self.db.publish_on(conn, follow_ups)
+            for start in (s for c in completions if c.starts and c.lease in done for s in c.starts):
+                await start_on(self.db, conn, start)
         return done
 
     async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:

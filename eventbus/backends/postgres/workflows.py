@@ -23,13 +23,14 @@ from ..ports import (
     OutgoingEvent,
     SignalResult,
     WorkflowFacts,
+    WorkflowStart,
     WorkflowTransition,
     signal_target,
     workflow_step,
 )
 from ._db import PgDb
 
-__all__ = ["PgWorkflows"]
+__all__ = ["PgWorkflows", "publish_steps", "start_on"]
 
 T = TypeVar("T")
 
@@ -81,6 +82,34 @@ async def _parts(
     return {key: tuple(parts) for key, parts in found.items()}
 
 
+async def publish_steps(db: PgDb, conn: Any, steps: list[OutgoingEvent]) -> None:
+    """Publish step events; a step due now first pulls its instance's delayed steps forward.
+
+    The step subscription keeps per-key FIFO order, so a tick still waiting
+    for its poll would otherwise hold back the step that wakes the instance.
+    The tick that comes first then runs (or, stale, does nothing) at once.
+    """
+    now = [s for s in steps if s.delay_seconds == 0]
+    if now:
+        await conn.execute(db.q["wf_hasten"], [s.event_type for s in now], [s.ordering_key for s in now])
+    await db.publish_on(conn, steps)
+
+
+async def start_on(db: PgDb, conn: Any, s: WorkflowStart) -> WorkflowInstance | None:
+    """Start the run ``s`` in the open transaction on ``conn``; None when it was refused.
+
+    Used by :meth:`PgWorkflows.start` and by a completion that starts runs.
+    """
+    row = await conn.fetchrow(db.q["wf_start"], s.machine, s.key, s.state, s.checkpoint, s.once)
+    if row is None:
+        if s.once:
+            await conn.execute(db.q["wf_keep"], s.machine, s.key)
+        return None
+    inst = instance_of(row)
+    await publish_steps(db, conn, [workflow_step(s.machine, s.key, inst.version, "start")])
+    return inst
+
+
 class PgWorkflows:
     """:class:`~eventbus.backends.ports.WorkflowStore` on PostgreSQL (the guarantees are there)."""
 
@@ -89,16 +118,14 @@ class PgWorkflows:
         self.q = db.q
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step."""
         async with self.db.tx() as conn:
-            row = await conn.fetchrow(self.q["wf_start"], machine, key, state, checkpoint)
-            if row is None:
+            inst = await start_on(self.db, conn, WorkflowStart(machine, key, state, checkpoint, once))
+            if inst is None:
                 found = await conn.fetchrow(self.q["wf_load"], machine, key)
                 return instance_of(found), False
-            inst = instance_of(row)
-            await self._publish_steps(conn, [workflow_step(machine, key, inst.version, "start")])
         return inst, True
 
     async def load(self, machine: str, key: str) -> WorkflowInstance | None:
@@ -211,18 +238,7 @@ class PgWorkflows:
         return rows_as(WorkflowHistoryRow, rows)
 
     async def _publish_steps(self, conn: Any, steps: builtins.list[OutgoingEvent]) -> None:
-        """Publish step events; a step due now first pulls its instance's delayed steps forward.
-
-        The step subscription keeps per-key FIFO order, so a tick still waiting
-        for its poll would otherwise hold back the step that wakes the instance.
-        The tick that comes first then runs (or, stale, does nothing) at once.
-        """
-        now = [s for s in steps if s.delay_seconds == 0]
-        if now:
-            await conn.execute(
-                self.q["wf_hasten"], [s.event_type for s in now], [s.ordering_key for s in now]
-            )
-        await self.db.publish_on(conn, steps)
+        await publish_steps(self.db, conn, steps)
 
     async def signals(self, machine: str, key: str, open_only: bool) -> builtins.list[WorkflowSignalRow]:
         """Signals of an instance in arrival order (only unconsumed ones with ``open_only``)."""

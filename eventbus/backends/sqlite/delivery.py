@@ -36,6 +36,7 @@ from ..base import (
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import Row, event_types_of, ids_json, publish, rows, to_time
+from .workflows import start_on
 
 __all__ = ["SQLiteDeliveries"]
 
@@ -252,21 +253,23 @@ def claim(
 def complete(
     conn: sqlite3.Connection, q: Queries, now: float, completions: Sequence[Completion]
 ) -> tuple[set[LeaseKey], set[str]]:
-    """Complete owned deliveries and publish their follow-ups in the same transaction.
+    """Complete owned deliveries, publish their follow-ups and start their runs in the same transaction.
 
-    Follow-ups are kept by (delivery, token): a stale run of a delivery whose
-    fresh run completes in the same batch adds none. Returns the leases applied
-    and the event types the follow-ups wake.
+    Follow-ups and starts are kept by (delivery, token): a stale run of a
+    delivery whose fresh run completes in the same batch adds none. Returns
+    the leases applied and the event types the follow-ups and starts wake.
     """
     done: set[LeaseKey] = set()
     for c in completions:
         params = {"id": c.delivery_id, "lease_token": c.lease_token, "now": now}
         if rows(conn, q["complete"], params):
             done.add((c.delivery_id, c.lease_token))
+    types: set[str] = set()
     follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
-    if not follow_ups:
-        return done, set()
-    _results, types = publish(conn, q, now, follow_ups)
+    if follow_ups:
+        types |= publish(conn, q, now, follow_ups)[1]
+    for start in (s for c in completions if c.starts and c.lease in done for s in c.starts):
+        types |= start_on(conn, q, now, start)[1]
     return done, types
 
 

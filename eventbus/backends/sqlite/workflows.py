@@ -27,6 +27,7 @@ from ..ports import (
     OutgoingEvent,
     SignalResult,
     WorkflowFacts,
+    WorkflowStart,
     WorkflowTransition,
     signal_target,
     workflow_step,
@@ -48,9 +49,11 @@ class SQLiteWorkflows:
         self._db = db
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
     ) -> tuple[WorkflowInstance, bool]:
-        inst, started, types = await self._db.write(start, machine, key, state, checkpoint)
+        inst, started, types = await self._db.write(
+            start, WorkflowStart(machine, key, state, checkpoint, once)
+        )
         self._db.wake(types)
         return inst, started
 
@@ -191,16 +194,35 @@ def _params(t: WorkflowTransition, now: float) -> dict[str, Any]:
 
 
 def start(
-    conn: sqlite3.Connection, q: Queries, now: float, machine: str, key: str, state: str, checkpoint: bytes
+    conn: sqlite3.Connection, q: Queries, now: float, s: WorkflowStart
 ) -> tuple[WorkflowInstance, bool, set[str]]:
-    params = {"machine": machine, "key": key, "state": state, "checkpoint": checkpoint, "now": now}
+    """Start the run ``s``; the instance as it is, whether it started, and the types woken."""
+    inst, types = start_on(conn, q, now, s)
+    if inst is None:
+        found = conn.execute(q["wf_load"], {"machine": s.machine, "key": s.key, "now": now}).fetchone()
+        return instance_of(found), False, set()
+    return inst, True, types
+
+
+def start_on(
+    conn: sqlite3.Connection, q: Queries, now: float, s: WorkflowStart
+) -> tuple[WorkflowInstance | None, set[str]]:
+    """Start the run ``s`` in the open write transaction (None when refused) and publish its step.
+
+    Used by :meth:`SQLiteWorkflows.start` and by a completion that starts runs.
+    """
+    params = {
+        "machine": s.machine, "key": s.key, "state": s.state, "checkpoint": s.checkpoint,
+        "once": int(s.once), "now": now,
+    }  # fmt: skip
     rows = conn.execute(q["wf_start"], params).fetchall()
     if not rows:
-        found = conn.execute(q["wf_load"], params).fetchone()
-        return instance_of(found), False, set()
+        if s.once:
+            conn.execute(q["wf_keep"], params)
+        return None, set()
     inst = instance_of(rows[0])
-    _, types = publish_steps(conn, q, now, [workflow_step(machine, key, inst.version, "start")])
-    return inst, True, types
+    _, types = publish_steps(conn, q, now, [workflow_step(s.machine, s.key, inst.version, "start")])
+    return inst, types
 
 
 def commit_many(

@@ -61,6 +61,22 @@ WITH ins AS (
 )
 SELECT id, pg_notify($9, event_type) FROM ins;
 
+-- name: kept_keys
+-- The events that took these keys for good (publishes with once=True); the
+-- events themselves may have been pruned since.
+SELECT k.event_type, k.key, k.event_id
+FROM {schema}.kept_keys k
+JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
+  ON k.event_type = t.event_type AND k.key = t.key;
+
+-- name: keep_keys
+-- Keep keys for good, in the transaction of their events. A concurrent
+-- publish of the same key waited on the events' unique index and maps to the
+-- same event, so a conflict here is the same row.
+INSERT INTO {schema}.kept_keys (event_type, key, event_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+ON CONFLICT (event_type, key) DO NOTHING;
+
 -- name: existing_ids
 -- Ids of events whose keys were taken by an earlier publish.
 SELECT e.id, e.event_type, e.key

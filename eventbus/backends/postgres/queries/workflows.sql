@@ -53,16 +53,24 @@ ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
--- untouched and returns no row: starting is idempotent per key.
-INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at)
-VALUES ($1, $2, $3, 'pending', $4, now())
+-- untouched and returns no row: starting is idempotent per key. With $5
+-- (start once), a completed run is untouched too. The conflict takes the row
+-- lock before the WHERE is read, so of concurrent starts exactly one begins.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept)
+VALUES ($1, $2, $3, 'pending', $4, now(), $5)
 ON CONFLICT (machine, key) DO UPDATE
-SET run_id = i.run_id + 1, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
     visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
     state_entered_at = now(), run_started_at = now(), updated_at = now()
-WHERE i.status IN ('completed', 'failed', 'cancelled')
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT ($5::boolean AND i.status = 'completed')
 RETURNING i.*, now() AS now, false AS has_signals;
+
+-- name: wf_keep
+-- A start with once=True found the key's run completed (started without
+-- once, perhaps): mark it kept, so retention keeps what refuses the next start.
+UPDATE {schema}.wf_instances SET kept = true
+WHERE machine = $1 AND key = $2 AND status = 'completed' AND NOT kept;
 
 -- name: wf_move
 -- The guarded transition and its history row in one statement: only from the

@@ -19,6 +19,17 @@ VALUES (:event_type, :key, :payload, :headers, :correlation_id, :causation_id,
 ON CONFLICT (event_type, key) DO NOTHING
 RETURNING id, deliver_at;
 
+-- name: kept_key
+-- The event that took this key for good (a publish with once=True); the event
+-- itself may have been pruned since.
+SELECT event_id FROM kept_keys WHERE event_type = :event_type AND key = :key;
+
+-- name: keep_key
+-- Keep a key for good, in the transaction of its event.
+INSERT INTO kept_keys (event_type, key, event_id, created_at)
+VALUES (:event_type, :key, :event_id, :now)
+ON CONFLICT (event_type, key) DO NOTHING;
+
 -- name: existing_id
 -- The id of the event whose key an earlier publish took.
 SELECT id FROM events WHERE event_type = :event_type AND key = :key;

@@ -56,17 +56,24 @@ ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
--- untouched and returns no row: starting is idempotent per key.
+-- untouched and returns no row: starting is idempotent per key. With :once,
+-- a completed run is untouched too (one statement under the write lock).
 INSERT INTO wf_instances AS i (machine, key, state, status, checkpoint, next_run_at,
-                               state_entered_at, run_started_at, created_at, updated_at)
-VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now)
+                               state_entered_at, run_started_at, created_at, updated_at, kept)
+VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now, :once)
 ON CONFLICT (machine, key) DO UPDATE
-SET run_id = i.run_id + 1, state = excluded.state, status = 'pending', version = i.version + 1,
+SET run_id = i.run_id + 1, kept = (i.kept OR excluded.kept), state = excluded.state, status = 'pending', version = i.version + 1,
     visits = '{}', attempts = 0, checkpoint = excluded.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = :now,
     state_entered_at = :now, run_started_at = :now, updated_at = :now
-WHERE i.status IN ('completed', 'failed', 'cancelled')
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (:once AND i.status = 'completed')
 RETURNING *, :now AS now, 0 AS has_signals;
+
+-- name: wf_keep
+-- A start with once=True found the key's run completed (started without
+-- once, perhaps): mark it kept, so retention keeps what refuses the next start.
+UPDATE wf_instances SET kept = 1
+WHERE machine = :machine AND key = :key AND status = 'completed' AND NOT kept;
 
 -- name: wf_move
 -- The guarded transition: only from the version that was read and, for a
