@@ -17,6 +17,7 @@ import pytest
 from eventbus import Bus, ConfigurationError, Context, RetryPolicy
 from eventbus.types import DeliveryFilter
 
+from ...features.web.conftest import client_of
 from ...support.helpers import OrderPlaced, drain
 from ...support.pgserver import PgServer
 
@@ -71,6 +72,9 @@ async def test_reads_go_to_the_replica_and_actions_to_the_primary() -> None:
                     await anyio.sleep(0.1)
             lag = lagging.replica_lag_seconds
             assert lagging.events == 3 and lag is not None and lag > 0  # the replica's view, and its lag
+            async with client_of(bus, None) as dashboard:  # the dashboard says where its figures come from
+                page = (await dashboard.get("/")).text
+            assert "read from a replica" in page and "behind the primary" in page
             assert await bus.count_deliveries(DeliveryFilter(status="dead")) == 0
             assert await bus.dead_letters() == []  # a listing: the replica's
             # An action walks the primary: the dead letter the replica has not seen is replayed.
