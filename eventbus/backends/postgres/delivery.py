@@ -145,6 +145,7 @@ class PgDeliveries:
         if not row["created"] and row["was_ordered"] != spec.ordered:
             await conn.execute(self.q["rekey"], row["id"], spec.ordered)
         if row["created"] and spec.start_from == "earliest":
+            await conn.execute(self.q["backfill_guard"], self.db.channel)
             await conn.execute(self.q["backfill"], row["id"])
             await conn.execute(self.q["backfill_owed"], row["id"])
             owed.append(row["id"])
@@ -174,6 +175,7 @@ class PgDeliveries:
             for row in await conn.fetch(self.q["backfills_settled"]):
                 async with conn.transaction():
                     if await conn.fetchval(self.q["backfill_settle"], row["subscription_id"]) is not None:
+                        await conn.execute(self.q["backfill_guard"], self.db.channel)
                         await conn.execute(self.q["backfill"], row["subscription_id"])
                         finished += 1
         return finished

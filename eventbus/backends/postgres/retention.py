@@ -64,7 +64,8 @@ class PgRetention:
         async with self.db.conn() as conn, conn.transaction():
             # Never queue behind (or in front of) another lock holder for long.
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
-            row = await conn.fetchrow(self.q["prune_batch"], *args)
+            events_may_go = await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel)
+            row = await conn.fetchrow(self.q["prune_batch"], *args, events_may_go)
         # ``young`` is NULL for an empty batch (the end of the log).
         return row_as(PruneBatch, row, last_event_id=row["last_id"], young=bool(row["young"]))
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from datetime import timedelta
 
 import anyio
+import asyncpg
 import pytest
 
 from eventbus import Context, DeadLetter, Event, NotFound, RetentionOverride, RetryPolicy, Worker
+from eventbus.backends.ports import SubscriptionSpec
 from eventbus.retention import Retention
 from eventbus.types import PublishResult
 
@@ -203,3 +207,34 @@ def test_negative_retention_is_refused() -> None:
         Retention(completed_retention=timedelta(seconds=-1))
     with pytest.raises(ConfigurationError, match="audit"):
         Retention(per_subscription={"audit": RetentionOverride(dead_retention=timedelta(seconds=-1))})
+
+
+async def test_pg_prune_during_a_backfill_keeps_the_events_it_backfills(pg_target) -> None:
+    """A prune batch cannot see a registering transaction's backfilled deliveries: it keeps their events."""
+    bus = pg_target.bus()
+    await bus.migrate()
+    other = await asyncpg.connect(pg_target.dsn)
+    try:
+        await bus.backend.deliveries.register([SubscriptionSpec("b", "test.order", 1, 30.0)])
+        event_id = (await bus.publish(Later(n=1))).event_id  # no subscription yet: prunable
+        # Hold b's row, so that the registration of a (then b) stops after a's backfill.
+        await other.execute("BEGIN")
+        await other.execute(f'SELECT 1 FROM "{pg_target.schema}".subscriptions WHERE name = $1 FOR UPDATE', "b")
+        specs = [SubscriptionSpec("a", "test.later", 1, 30.0), SubscriptionSpec("b", "test.order", 1, 30.0)]
+        registering = asyncio.ensure_future(bus.backend.deliveries.register(specs))
+        with anyio.fail_after(20):
+            while not await other.fetchval(  # a fresh statistics snapshot each time, inside the transaction
+                "SELECT pg_stat_clear_snapshot(), count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                column=1,
+            ):
+                await anyio.sleep(0.01)
+        report = await bus.prune(retention=Retention(completed_retention=timedelta(0)))
+        assert report.events == 0
+        await other.execute("ROLLBACK")
+        ids = await registering
+        claimed = await bus.backend.deliveries.claim(ids["a"], 10, 30.0, str(uuid.uuid4()))
+        assert [c.event_id for c in claimed] == [event_id]
+    finally:
+        await other.close()
+        await bus.aclose()

@@ -96,6 +96,14 @@ FROM {schema}.events e
 WHERE d.subscription_id = $1 AND d.status IN ('pending', 'dead') AND e.id = d.event_id
   AND d.ordering_key IS DISTINCT FROM (CASE WHEN $2 THEN e.ordering_key END);
 
+-- name: backfill_guard
+-- Taken (shared) in a transaction before its first backfill statement and held
+-- to its end: a prune batch deletes events only while it holds this lock
+-- alone (prune_backfill_guard), so it never deletes an event whose backfilled
+-- deliveries it cannot see yet, and a backfill that waited for a prune batch
+-- reads the log after that batch's deletions (a new statement, a new snapshot).
+SELECT pg_advisory_xact_lock_shared(hashtext($1 || ':backfill'));
+
 -- name: backfill
 -- A new subscription reads the retained log from the start. Idempotent (the
 -- unique (event, subscription) pair), so it may run any number of times.

@@ -8,13 +8,21 @@ SELECT pg_try_advisory_lock(hashtext($1 || ':prune'));
 -- name: prune_unlock
 SELECT pg_advisory_unlock(hashtext($1 || ':prune'));
 
+-- name: prune_backfill_guard
+-- May this batch delete events? Only while no transaction that backfills a
+-- new subscription is open (backfill_guard): its deliveries are invisible here
+-- until it commits. Tried, never waited for: a batch that does not get it
+-- deletes deliveries only and leaves the events for the next pass.
+SELECT pg_try_advisory_xact_lock(hashtext($1 || ':backfill'));
+
 -- name: prune_batch
 -- One batch of the retention walk: the next $2 events after $1 in primary key
 -- order (a bounded range read), their deliveries finished before their
 -- retention cutoff ($3 completed/cancelled, $4 dead, in seconds; NULL keeps
 -- them; a subscription named in $7 has its own cutoffs $8, $9; $10 is the
 -- shortest cutoff of all) with their attempt history, then the events of the batch older than
--- $3 and, when keyed, than the dedup window $5, with no delivery left. A
+-- $3 and, when keyed, than the dedup window $5, with no delivery left (only
+-- when $11: this batch holds prune_backfill_guard). A
 -- pending, processing or retained dead delivery keeps its event. Rows another
 -- transaction holds (a replay) are skipped, never waited for. Data-modifying
 -- CTEs share one snapshot, so the deliveries deleted here are excluded by id.
@@ -46,7 +54,7 @@ WITH batch AS (
     RETURNING 1
 ), events_doomed AS (
     SELECT b.id FROM batch b
-    WHERE $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
+    WHERE $11 AND $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
