@@ -219,7 +219,8 @@ async def test_pg_prune_during_a_backfill_keeps_the_events_it_backfills(pg_targe
         event_id = (await bus.publish(Later(n=1))).event_id  # no subscription yet: prunable
         # Hold b's row, so that the registration of a (then b) stops after a's backfill.
         await other.execute("BEGIN")
-        await other.execute(f'SELECT 1 FROM "{pg_target.schema}".subscriptions WHERE name = $1 FOR UPDATE', "b")
+        table = f'"{pg_target.schema}".subscriptions'
+        await other.execute(f"SELECT 1 FROM {table} WHERE name = $1 FOR UPDATE", "b")
         specs = [SubscriptionSpec("a", "test.later", 1, 30.0), SubscriptionSpec("b", "test.order", 1, 30.0)]
         registering = asyncio.ensure_future(bus.backend.deliveries.register(specs))
         with anyio.fail_after(20):
