@@ -10,6 +10,17 @@ before its own is sent.
 Each caller gets its own result. When a batch is refused for a reason other
 than availability (one event the database will not take), its members are
 sent again one by one, so only the culprit's caller gets the error.
+
+Cancellation: a caller cancelled while its event waits in the queue takes it
+out (it is never published); one cancelled while its event is in a statement
+already sent cannot take it back, so it waits for that statement and is told
+its result (published, or the error), and the cancellation is not raised
+there (an anyio cancel scope delivers it at the caller's next checkpoint).
+
+A flush that waits too long for a row lock (``LockWaitExceeded``: an event's
+key inserted by another transaction still open) published nothing; its
+members are sent again each on its own with ``fallback``, which waits as long
+as it takes, while the queue goes on without them.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from .backends.base import OutgoingEvent
+from .backends.base import LockWaitExceeded, OutgoingEvent
 from .errors import BackendUnavailable, PublishError
 from .types import PublishResult
 
@@ -30,26 +41,62 @@ Waiter = tuple[OutgoingEvent, "asyncio.Future[PublishResult]"]
 
 
 class PublishCoalescer:
-    """Batches concurrent single publishes into one backend call at a time."""
+    """Batches concurrent single publishes into one backend call at a time.
 
-    def __init__(self, flush: Flush, max_batch: int = DEFAULT_MAX_BATCH) -> None:
+    :param flush: sends one batch at a time, waiting a bounded time for row
+        locks (``DeliveryStore.publish_serial``).
+    :param fallback: sends an event whose flush gave up on a row lock, waiting
+        as long as it takes (``DeliveryStore.publish``); by default ``flush``.
+    """
+
+    def __init__(
+        self, flush: Flush, max_batch: int = DEFAULT_MAX_BATCH, fallback: Flush | None = None
+    ) -> None:
         self._flush = flush
+        self._fallback = fallback or flush
         self.max_batch = max_batch
         self._waiting: list[Waiter] = []
         self._busy = False
         self._drainer: asyncio.Task[None] | None = None
+        self._blocked: set[asyncio.Task[None]] = set()
 
     async def publish(self, event: OutgoingEvent) -> PublishResult:
         if self._busy:  # a flush is in flight: ride along in the next one
-            future: asyncio.Future[PublishResult] = asyncio.get_running_loop().create_future()
-            self._waiting.append((event, future))
-            return await future
+            return await self._queued(event)
         self._busy = True  # nothing in flight: send this one now, alone
         try:
             (result,) = await self._flush([event])
             return result
+        except LockWaitExceeded:
+            pass  # its key is held by an open transaction: wait for it off the queue
         finally:
             self._after_flush()
+        (result,) = await self._fallback([event])
+        return result
+
+    async def _queued(self, event: OutgoingEvent) -> PublishResult:
+        """Wait for the flush that takes ``event``; a cancel before it is sent withdraws it."""
+        future: asyncio.Future[PublishResult] = asyncio.get_running_loop().create_future()
+        self._waiting.append((event, future))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if self._withdraw(future):  # not sent: it is not published
+                raise
+        while True:  # sent: the statement's outcome is the caller's answer
+            try:
+                return await asyncio.shield(future)
+            except asyncio.CancelledError:
+                continue
+
+    def _withdraw(self, future: asyncio.Future[PublishResult]) -> bool:
+        """Take a waiter out of the queue; False if a flush took it already."""
+        for index, (_, queued) in enumerate(self._waiting):
+            if queued is future:
+                del self._waiting[index]
+                future.cancel()
+                return True
+        return False
 
     def _after_flush(self) -> None:
         """Hand the callers that queued meanwhile to a drainer, or go idle."""
@@ -78,6 +125,10 @@ class PublishCoalescer:
         except asyncio.CancelledError:
             _fail(batch, BackendUnavailable("the bus was closed before this publish was confirmed"))
             raise
+        except LockWaitExceeded:
+            for member in batch:
+                self._send_blocked(member)
+            return
         except BackendUnavailable as exc:
             _fail(batch, exc)
             return
@@ -92,14 +143,35 @@ class PublishCoalescer:
             _fail(batch, PublishError(f"the backend returned {len(results)} results for {len(batch)} events"))
             return
         for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():  # else its caller was cancelled meanwhile
+            if not future.done():
                 future.set_result(result)
 
+    def _send_blocked(self, waiter: Waiter) -> None:
+        """Send one member of a batch that gave up on a row lock on its own, outside the queue."""
+        task = asyncio.get_running_loop().create_task(self._send_alone(waiter))
+        self._blocked.add(task)
+        task.add_done_callback(self._blocked.discard)
+
+    async def _send_alone(self, waiter: Waiter) -> None:
+        event, future = waiter
+        try:
+            (result,) = await self._fallback([event])
+        except asyncio.CancelledError:
+            _fail([waiter], BackendUnavailable("the bus was closed before this publish was confirmed"))
+            raise
+        except Exception as exc:
+            _fail([waiter], exc)
+            return
+        if not future.done():
+            future.set_result(result)
+
     async def aclose(self) -> None:
-        """Let the batch in flight finish (its callers are waiting for it)."""
+        """Let the publishes in flight finish (their callers are waiting for them)."""
         drainer = self._drainer
         if drainer is not None:
             await asyncio.shield(drainer)
+        if self._blocked:
+            await asyncio.shield(asyncio.gather(*self._blocked, return_exceptions=True))
 
 
 def _fail(batch: list[Waiter], exc: BaseException) -> None:

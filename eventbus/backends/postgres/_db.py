@@ -29,9 +29,10 @@ from ...errors import (
 )
 from ...types import EventId, PublishResult
 from .._sql import load_queries, validate_schema
-from ..ports import OutgoingEvent
+from ..ports import LockWaitExceeded, OutgoingEvent
 
 __all__ = [
+    "HELD_LOCK_WAIT_MS",
     "STATEMENT_LIFETIME_SECONDS",
     "PgDb",
     "check_dsn",
@@ -112,15 +113,11 @@ def check_dsn(dsn: str) -> str:
     return dsn
 
 
-async def _keep_session(conn: Any) -> None:
-    """Pool reset hook: nothing to undo.
-
-    The backend changes no session state on pooled connections (no SET, no
-    LISTEN, only transaction-scoped advisory locks), and asyncpg still rolls
-    back a transaction left open, which ends those locks too. The default
-    reset query costs a round trip on every release: about a third of a
-    single publish.
-    """
+# How long a publish on the held connection waits for a row lock (a key that
+# another open transaction inserted) before it gives up, publishing nothing,
+# so that one blocked key never holds up the publishes queued behind it; the
+# caller sends it again on a pooled connection, which waits as long as it takes.
+HELD_LOCK_WAIT_MS = 500
 
 
 class PgDb:
@@ -151,6 +148,7 @@ class PgDb:
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
         self._held_lock = asyncio.Lock()
+        self._bounded_pids: set[int] = set()  # sessions with HELD_LOCK_WAIT_MS set, until reset
 
     async def _no_check(self) -> None:
         self.ready = True
@@ -173,11 +171,25 @@ class PgDb:
                         max_size=self._pool_size[1],
                         command_timeout=self.command_timeout,
                         max_cached_statement_lifetime=self._statement_lifetime,
-                        reset=_keep_session,
+                        reset=self._reset_session,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
+
+    async def _reset_session(self, conn: Any) -> None:
+        """Pool reset hook: undo the held connection's lock wait bound, nothing else.
+
+        The backend changes no other session state on pooled connections (no
+        LISTEN, only transaction-scoped advisory locks), and asyncpg still
+        rolls back a transaction left open, which ends those locks too. The
+        default reset query costs a round trip on every release: about a
+        third of a single publish.
+        """
+        pid = conn.get_server_pid()
+        if pid in self._bounded_pids:
+            self._bounded_pids.discard(pid)
+            await conn.execute("RESET lock_timeout")
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:
@@ -217,7 +229,9 @@ class PgDb:
         """The held connection, one caller at a time; it stays a member of the pool.
 
         A pool acquire and release cost about as much client time as a lone
-        publish's statement. One that fails for any reason but the database's
+        publish's statement. A statement on it waits at most
+        ``HELD_LOCK_WAIT_MS`` for a row lock, then raises
+        :class:`LockWaitExceeded` (the connection stays). One that fails for any reason but the database's
         refusal of the statement goes back to the pool (which closes or resets
         it) and the next caller takes another.
         """
@@ -225,7 +239,13 @@ class PgDb:
             conn = self.held_conn or await self._take_held(operation)
             try:
                 with translate_errors(operation, self.command_timeout):
-                    yield conn
+                    try:
+                        yield conn
+                    except asyncpg.exceptions.LockNotAvailableError as exc:
+                        raise LockWaitExceeded(
+                            f"{operation} waited {HELD_LOCK_WAIT_MS} ms for a row lock another "
+                            "transaction holds; nothing was published"
+                        ) from exc
             except BackendUnavailable:
                 await self._release_held()
                 raise
@@ -239,8 +259,16 @@ class PgDb:
         await self.open()
         pool = await self.pool()
         with translate_errors(operation, self.command_timeout):
-            self.held_conn = await pool.acquire()
-        return self.held_conn
+            conn = await pool.acquire()
+            self._bounded_pids.add(conn.get_server_pid())  # the reset hook undoes it, whatever happens
+            try:
+                await conn.execute("SELECT set_config('lock_timeout', $1, false)", f"{HELD_LOCK_WAIT_MS}ms")
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await pool.release(conn)
+                raise
+        self.held_conn = conn
+        return conn
 
     async def _release_held(self) -> None:
         conn, self.held_conn = self.held_conn, None

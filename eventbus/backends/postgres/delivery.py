@@ -21,6 +21,7 @@ from ..ports import (
     Completion,
     Failure,
     LeaseKey,
+    LockWaitExceeded,
     OutgoingEvent,
     SubscriptionSpec,
     decode_headers,
@@ -82,7 +83,10 @@ class PgDeliveries:
         if not events:
             return []
         if len(events) == 1 and not self.db.held_busy:  # one event: the held connection is free
-            return await self.publish_serial(events)
+            try:
+                return await self.publish_serial(events)
+            except LockWaitExceeded:  # its key is held: wait for it off the held connection
+                pass
         return await self._publish_pooled(events)
 
     async def _publish_pooled(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
@@ -93,7 +97,8 @@ class PgDeliveries:
         """Publish on the connection held for the coalescer, which sends one batch at a time.
 
         It saves a pool acquire and release, a third of a lone publish's
-        client time (see :meth:`PgDb.held`).
+        client time (see :meth:`PgDb.held`). A row lock is waited for at most
+        ``HELD_LOCK_WAIT_MS``, then :class:`LockWaitExceeded` is raised.
         """
         if not events:
             return []

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio
 import asyncpg
 import pytest
 
@@ -188,3 +189,80 @@ async def test_hooks_see_each_coalesced_publish_in_its_callers_task(bus: Bus) ->
     assert len(hooks.seen) == 5  # ... but one hook call per caller, with that caller's own result
     for task, result in zip(tasks, results, strict=True):
         assert by_task[task] == (1, [result])
+
+
+class Gated:
+    """Holds every batch of more than one event at a gate before it goes to the (real) database."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self._publish: Flush = bus.backend.deliveries.publish_serial
+        bus.backend.deliveries.publish_serial = self  # type: ignore[method-assign]
+
+    async def __call__(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        if len(events) > 1:
+            self.entered.set()
+            await self.gate.wait()
+        return await self._publish(events)
+
+
+async def test_a_publish_cancelled_while_its_batch_is_in_flight_is_told_its_result(bus: Bus) -> None:
+    gated = Gated(bus)
+    first = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="first")))
+    await asyncio.sleep(0)  # the first is in flight now
+    batch = [asyncio.ensure_future(bus.publish(OrderPlaced(order_id=str(i)))) for i in range(3)]
+    await first
+    await gated.entered.wait()  # the three are in one statement now
+    batch[1].cancel()
+    await asyncio.sleep(0)
+    gated.gate.set()
+    outcomes = await asyncio.gather(*batch, return_exceptions=True)
+    told = [o for o in outcomes if isinstance(o, PublishResult)]
+    # Published exactly when its caller was told so: a cancelled caller is not left guessing.
+    assert (await bus.status()).events == 1 + len(told)
+    assert len(told) == 3 and len({r.event_id for r in told}) == 3
+
+
+@pytest.mark.parametrize("backend_kind", ["postgres"], indirect=True)
+@pytest.mark.parametrize("blocked_first", [True, False], ids=["alone", "in-a-batch"])
+async def test_a_key_held_by_an_open_transaction_holds_up_only_its_own_publish(
+    bus: Bus, target: Target, blocked_first: bool
+) -> None:
+    conn = await asyncpg.connect(target.dsn)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        held = await bus.publish(OrderPlaced(order_id="held"), key="k", connection=conn)
+        calls = [bus.publish(OrderPlaced(order_id=f"other-{i}")) for i in range(5)]
+        calls.insert(0 if blocked_first else 1, bus.publish(OrderPlaced(order_id="again"), key="k"))
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        blocked = tasks.pop(0 if blocked_first else 1)
+        with anyio.fail_after(10):  # while the transaction holding the key is still open
+            others = await asyncio.gather(*tasks)
+        assert not blocked.done()
+        assert len({r.event_id for r in others}) == 5 and not any(r.duplicate for r in others)
+        await tx.commit()
+        with anyio.fail_after(10):
+            again = await blocked
+        assert again.duplicate and again.event_id == held.event_id
+    finally:
+        await conn.close()
+    assert (await bus.status()).events == 1 + 5
+
+
+@pytest.mark.parametrize("backend_kind", ["postgres"], indirect=True)
+async def test_the_held_connections_lock_wait_bound_never_reaches_the_pool(bus: Bus) -> None:
+    db = bus.backend.db  # type: ignore[attr-defined]
+    await bus.publish(OrderPlaced(order_id="takes the held connection"))
+    held_pid = db.held_conn.get_server_pid()
+    assert await db.held_conn.fetchval("SHOW lock_timeout") != "0"
+    await db._release_held()  # as after a failure: the connection goes back to the pool
+    pool = await db.pool()
+    conns = [await pool.acquire() for _ in range(pool.get_max_size())]
+    try:
+        assert held_pid in {c.get_server_pid() for c in conns}
+        assert {await c.fetchval("SHOW lock_timeout") for c in conns} == {"0"}
+    finally:
+        for c in conns:
+            await pool.release(c)
