@@ -28,6 +28,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+import anyio
+
 from .backends.base import LockWaitExceeded, OutgoingEvent
 from .errors import BackendUnavailable, PublishError
 from .types import PublishResult
@@ -37,7 +39,31 @@ __all__ = ["DEFAULT_MAX_BATCH", "PublishCoalescer"]
 DEFAULT_MAX_BATCH = 500
 
 Flush = Callable[[Sequence[OutgoingEvent]], Awaitable[list[PublishResult]]]
-Waiter = tuple[OutgoingEvent, "asyncio.Future[PublishResult]"]
+
+
+class _Waiter:
+    """A queued publish: its event, the future its caller waits on, whether a flush took it."""
+
+    __slots__ = ("event", "future", "outcome", "sent")
+
+    def __init__(self, event: OutgoingEvent, future: asyncio.Future[PublishResult]) -> None:
+        self.event = event
+        self.future = future
+        self.sent = False
+        self.outcome: PublishResult | BaseException | None = None
+        """The statement's outcome, kept when it came after the caller's cancel."""
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def settle(self, outcome: PublishResult | BaseException) -> None:
+        """Tell the caller; a caller cancelled meanwhile reads ``outcome`` instead."""
+        if self.future.done():
+            self.outcome = outcome
+        elif isinstance(outcome, BaseException):
+            self.future.set_exception(outcome)
+        else:
+            self.future.set_result(outcome)
 
 
 class PublishCoalescer:
@@ -55,7 +81,7 @@ class PublishCoalescer:
         self._flush = flush
         self._fallback = fallback or flush
         self.max_batch = max_batch
-        self._waiting: list[Waiter] = []
+        self._waiting: list[_Waiter] = []
         self._busy = False
         self._drainer: asyncio.Task[None] | None = None
         self._blocked: set[asyncio.Task[None]] = set()
@@ -76,27 +102,14 @@ class PublishCoalescer:
 
     async def _queued(self, event: OutgoingEvent) -> PublishResult:
         """Wait for the flush that takes ``event``; a cancel before it is sent withdraws it."""
-        future: asyncio.Future[PublishResult] = asyncio.get_running_loop().create_future()
-        self._waiting.append((event, future))
+        waiter = _Waiter(event, asyncio.get_running_loop().create_future())
+        self._waiting.append(waiter)
         try:
-            return await asyncio.shield(future)
+            return await waiter.future
         except asyncio.CancelledError:
-            if self._withdraw(future):  # not sent: it is not published
+            if not waiter.sent:  # withdrawn: it is not published
                 raise
-        while True:  # sent: the statement's outcome is the caller's answer
-            try:
-                return await asyncio.shield(future)
-            except asyncio.CancelledError:
-                continue
-
-    def _withdraw(self, future: asyncio.Future[PublishResult]) -> bool:
-        """Take a waiter out of the queue; False if a flush took it already."""
-        for index, (_, queued) in enumerate(self._waiting):
-            if queued is future:
-                del self._waiting[index]
-                future.cancel()
-                return True
-        return False
+        return await _outcome(waiter)
 
     def _after_flush(self) -> None:
         """Hand the callers that queued meanwhile to a drainer, or go idle."""
@@ -108,8 +121,10 @@ class PublishCoalescer:
     async def _drain(self) -> None:
         try:
             while self._waiting:
-                batch = [(e, f) for e, f in self._waiting[: self.max_batch] if not f.done()]
+                batch = [w for w in self._waiting[: self.max_batch] if not w.done()]
                 del self._waiting[: self.max_batch]
+                for waiter in batch:
+                    waiter.sent = True
                 if batch:
                     await self._send(batch)
         finally:
@@ -119,9 +134,9 @@ class PublishCoalescer:
                 _fail(self._waiting, BackendUnavailable("the bus was closed before this publish was sent"))
                 self._waiting.clear()
 
-    async def _send(self, batch: list[Waiter]) -> None:
+    async def _send(self, batch: list[_Waiter]) -> None:
         try:
-            results = await self._flush([e for e, _ in batch])
+            results = await self._flush([w.event for w in batch])
         except asyncio.CancelledError:
             _fail(batch, BackendUnavailable("the bus was closed before this publish was confirmed"))
             raise
@@ -142,28 +157,25 @@ class PublishCoalescer:
         if len(results) != len(batch):  # never expected; no caller may be left waiting
             _fail(batch, PublishError(f"the backend returned {len(results)} results for {len(batch)} events"))
             return
-        for (_, future), result in zip(batch, results, strict=True):
-            if not future.done():
-                future.set_result(result)
+        for waiter, result in zip(batch, results, strict=True):
+            waiter.settle(result)
 
-    def _send_blocked(self, waiter: Waiter) -> None:
+    def _send_blocked(self, waiter: _Waiter) -> None:
         """Send one member of a batch that gave up on a row lock on its own, outside the queue."""
         task = asyncio.get_running_loop().create_task(self._send_alone(waiter))
         self._blocked.add(task)
         task.add_done_callback(self._blocked.discard)
 
-    async def _send_alone(self, waiter: Waiter) -> None:
-        event, future = waiter
+    async def _send_alone(self, waiter: _Waiter) -> None:
         try:
-            (result,) = await self._fallback([event])
+            (result,) = await self._fallback([waiter.event])
         except asyncio.CancelledError:
             _fail([waiter], BackendUnavailable("the bus was closed before this publish was confirmed"))
             raise
         except Exception as exc:
             _fail([waiter], exc)
             return
-        if not future.done():
-            future.set_result(result)
+        waiter.settle(result)
 
     async def aclose(self) -> None:
         """Let the publishes in flight finish (their callers are waiting for them)."""
@@ -174,7 +186,21 @@ class PublishCoalescer:
             await asyncio.shield(asyncio.gather(*self._blocked, return_exceptions=True))
 
 
-def _fail(batch: list[Waiter], exc: BaseException) -> None:
-    for _, future in batch:
-        if not future.done():
-            future.set_exception(exc)
+def _fail(batch: list[_Waiter], exc: BaseException) -> None:
+    for waiter in batch:
+        waiter.settle(exc)
+
+
+async def _outcome(waiter: _Waiter) -> PublishResult:
+    """The outcome of a sent event for a caller cancelled meanwhile: it waits for it, uncancellable."""
+    if waiter.outcome is None:  # not known yet: the flush will settle this future
+        waiter.future = asyncio.get_running_loop().create_future()
+        with anyio.CancelScope(shield=True):  # an anyio scope redelivers after: no spinning here
+            while True:
+                try:
+                    return await asyncio.shield(waiter.future)
+                except asyncio.CancelledError:
+                    continue
+    if isinstance(waiter.outcome, BaseException):
+        raise waiter.outcome
+    return waiter.outcome

@@ -266,3 +266,29 @@ async def test_the_held_connections_lock_wait_bound_never_reaches_the_pool(bus: 
     finally:
         for c in conns:
             await pool.release(c)
+
+
+async def test_an_anyio_scope_cancelled_in_flight_gets_the_result_then_the_cancel(bus: Bus) -> None:
+    gated = Gated(bus)
+    first = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="first")))
+    await asyncio.sleep(0)  # the first is in flight now
+    scope = anyio.CancelScope()
+    steps: list[object] = []
+
+    async def publish_in_scope() -> None:
+        with scope:
+            steps.append(await bus.publish(OrderPlaced(order_id="scoped")))
+            await anyio.sleep(0)  # the caller's next checkpoint: the cancel lands here
+            steps.append("not cancelled")
+
+    caller = asyncio.ensure_future(publish_in_scope())
+    other = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="other")))
+    await first
+    await gated.entered.wait()  # both in one statement now
+    scope.cancel()
+    await asyncio.sleep(0)
+    gated.gate.set()
+    await asyncio.gather(caller, other)
+    assert len(steps) == 1 and isinstance(steps[0], PublishResult)
+    assert scope.cancelled_caught
+    assert (await bus.status()).events == 3
