@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import asyncpg
 import pytest
 
@@ -278,7 +279,7 @@ async def test_an_anyio_scope_cancelled_in_flight_gets_the_result_then_the_cance
     async def publish_in_scope() -> None:
         with scope:
             steps.append(await bus.publish(OrderPlaced(order_id="scoped")))
-            await anyio.sleep(0)  # the caller's next checkpoint: the cancel lands here
+            await anyio.lowlevel.checkpoint()  # the cancel lands at this next checkpoint
             steps.append("not cancelled")
 
     caller = asyncio.ensure_future(publish_in_scope())
