@@ -201,6 +201,8 @@ async def _outcome(waiter: _Waiter) -> PublishResult:
                     return await asyncio.shield(waiter.future)
                 except asyncio.CancelledError:
                     continue
-    if isinstance(waiter.outcome, BaseException):
-        raise waiter.outcome
-    return waiter.outcome
+    outcome = waiter.outcome
+    if isinstance(outcome, BaseException):
+        raise outcome
+    assert outcome is not None  # settled before the caller came back for it
+    return outcome

@@ -28,7 +28,7 @@ from .delivery import (
 )
 from .inspect import Inspector
 from .operate import Operator
-from .retention import PruneBatch, RetentionStore
+from .retention import OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatch
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
@@ -49,6 +49,7 @@ __all__ = [
     "Inspector",
     "LeaseKey",
     "LockWaitExceeded",
+    "OccurrenceBatch",
     "Operator",
     "OutgoingEvent",
     "PlannedOccurrence",
@@ -62,6 +63,7 @@ __all__ = [
     "TickPlan",
     "Wakeups",
     "WorkflowApprovalRequest",
+    "WorkflowBatch",
     "WorkflowEffect",
     "WorkflowFacts",
     "WorkflowHistoryEntry",
