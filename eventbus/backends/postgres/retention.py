@@ -74,7 +74,7 @@ class PgRetention:
     ) -> OccurrenceBatch:
         """Past schedule occurrences, oldest first (see ``RetentionStore``)."""
         at, name = after or (None, None)
-        row = await self._batch("prune_occurrences", at, name, limit, older_than_seconds, dry_run)
+        row = await self._batch(self.q["prune_occurrences"], at, name, limit, older_than_seconds, dry_run)
         last = (row["last_at"], row["last_name"]) if row["seen"] == limit else None
         return OccurrenceBatch(last=last, occurrences=row["occurrences"])
 
@@ -83,15 +83,17 @@ class PgRetention:
     ) -> WorkflowBatch:
         """Finished workflow instances with their rows, oldest first (see ``RetentionStore``)."""
         at, machine, key = after or (None, None, None)
-        row = await self._batch("prune_workflows", at, machine, key, limit, older_than_seconds, dry_run)
+        row = await self._batch(
+            self.q["prune_workflows"], at, machine, key, limit, older_than_seconds, dry_run
+        )
         last = (row["last_at"], row["last_machine"], row["last_key"]) if row["seen"] == limit else None
         return WorkflowBatch(last=last, instances=row["instances"], rows=row["rows"])
 
-    async def _batch(self, query: str, *args: Any) -> Any:
+    async def _batch(self, sql: str, *args: Any) -> Any:
         """One batch statement in its own short transaction that never queues on a row lock for long."""
         async with self.db.conn() as conn, conn.transaction():
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
-            return await conn.fetchrow(self.q[query], *args)
+            return await conn.fetchrow(sql, *args)
 
     async def record_prune(self, report: dict[str, Any]) -> None:
         """Note that a pass ran, with its summary (``status`` shows when)."""

@@ -132,9 +132,12 @@ def prune_workflows(
     batch = conn.execute(q["prune_workflows_batch"], {**p, "now": now}).fetchall()
     keys = {"keys": orjson.dumps([(r["machine"], r["key"]) for r in batch]).decode()}
     rows = conn.execute(q["prune_workflows_rows"], keys).fetchone()["n"] if batch else 0
-    if batch and not dry_run:
-        for table in ("history", "signals", "effects", "approvals", "instances"):
-            conn.execute(q[f"prune_workflows_{table}"], keys)
+    if batch and not dry_run:  # its rows, then the instance (one transaction: the order is for the reader)
+        conn.execute(q["prune_workflows_history"], keys)
+        conn.execute(q["prune_workflows_signals"], keys)
+        conn.execute(q["prune_workflows_effects"], keys)
+        conn.execute(q["prune_workflows_approvals"], keys)
+        conn.execute(q["prune_workflows_instances"], keys)
     last = None
     if len(batch) == p["limit"]:
         last = (batch[-1]["updated_at"], batch[-1]["machine"], batch[-1]["key"])
