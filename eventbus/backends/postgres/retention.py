@@ -75,7 +75,7 @@ class PgRetention:
         """Past schedule occurrences, oldest first (see ``RetentionStore``)."""
         at, name = after or (None, None)
         row = await self._batch(self.q["prune_occurrences"], at, name, limit, older_than_seconds, dry_run)
-        last = (row["last_at"], row["last_name"]) if row["seen"] == limit else None
+        last = (row["last_at"], row["last_name"]) if row["occurrences"] == limit else None
         return OccurrenceBatch(last=last, occurrences=row["occurrences"])
 
     async def prune_workflows(
@@ -86,7 +86,7 @@ class PgRetention:
         row = await self._batch(
             self.q["prune_workflows"], at, machine, key, limit, older_than_seconds, dry_run
         )
-        last = (row["last_at"], row["last_machine"], row["last_key"]) if row["seen"] == limit else None
+        last = (row["last_at"], row["last_machine"], row["last_key"]) if row["instances"] == limit else None
         return WorkflowBatch(last=last, instances=row["instances"], rows=row["rows"])
 
     async def _batch(self, sql: str, *args: Any) -> Any:

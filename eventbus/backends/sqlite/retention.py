@@ -23,8 +23,6 @@ from ._units import ids_json
 
 __all__ = ["SQLiteRetention"]
 
-_WAITING = ("requested", "buffered")  # occurrences that wait to fire are never pruned
-
 
 class SQLiteRetention:
     """Deleting finished rows past their retention, one small batch at a time."""
@@ -118,11 +116,11 @@ def prune_occurrences(
 ) -> OccurrenceBatch:
     """One batch of past occurrences in one write transaction: those not waiting to fire go."""
     batch = conn.execute(q["prune_occurrences_batch"], {**p, "now": now}).fetchall()
-    doomed = [(r["schedule"], r["scheduled_for"]) for r in batch if r["status"] not in _WAITING]
-    if doomed and not dry_run:
-        conn.execute(q["prune_occurrences_delete"], {"keys": orjson.dumps(doomed).decode()})
+    if batch and not dry_run:
+        keys = orjson.dumps([(r["schedule"], r["scheduled_for"]) for r in batch]).decode()
+        conn.execute(q["prune_occurrences_delete"], {"keys": keys})
     last = (batch[-1]["scheduled_for"], batch[-1]["schedule"]) if len(batch) == p["limit"] else None
-    return OccurrenceBatch(last=last, occurrences=len(doomed))
+    return OccurrenceBatch(last=last, occurrences=len(batch))
 
 
 def prune_workflows(

@@ -77,45 +77,42 @@ ON CONFLICT (name) DO UPDATE SET ran_at = now(), report = EXCLUDED.report;
 -- name: prune_occurrences
 -- One batch of the walk over past schedule occurrences: the next $3 after
 -- the cursor ($1, $2; NULL from the oldest) in (scheduled_for, schedule)
--- order scheduled more than $4 seconds ago (a bounded range read of
--- schedule_occurrences_age), of which those not waiting to fire go: requested
--- and buffered ones stay (the status is checked again on the locked row, so
--- one a backfill requests again meanwhile stays too). Rows another
--- transaction holds (a tick) are skipped. $5: a dry run, which deletes nothing.
-WITH batch AS (
+-- order scheduled more than $4 seconds ago and not waiting to fire (requested
+-- and buffered ones stay), a bounded range read of schedule_occurrences_age.
+-- Rows another transaction holds (a tick, a backfill) are skipped, and the
+-- conditions are checked again on each row locked, so one a backfill requests
+-- again meanwhile stays. $5: a dry run, which deletes nothing.
+WITH doomed AS (
     SELECT schedule, scheduled_for FROM {schema}.schedule_occurrences
     WHERE scheduled_for < now() - $4::float8 * interval '1 second'
+      AND status NOT IN ('requested', 'buffered')
       AND ($1::timestamptz IS NULL OR (scheduled_for, schedule) > ($1::timestamptz, $2::text))
     ORDER BY scheduled_for, schedule
     LIMIT $3
-), doomed AS (
-    SELECT o.schedule, o.scheduled_for
-    FROM {schema}.schedule_occurrences o JOIN batch b USING (schedule, scheduled_for)
-    WHERE o.status NOT IN ('requested', 'buffered')
-    FOR UPDATE OF o SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ), gone AS (
     DELETE FROM {schema}.schedule_occurrences o USING doomed d
     WHERE o.schedule = d.schedule AND o.scheduled_for = d.scheduled_for AND NOT $5
     RETURNING 1
 ), last AS (
-    SELECT scheduled_for, schedule FROM batch ORDER BY scheduled_for DESC, schedule DESC LIMIT 1
+    SELECT scheduled_for, schedule FROM doomed ORDER BY scheduled_for DESC, schedule DESC LIMIT 1
 )
-SELECT (SELECT count(*) FROM batch) AS seen,
+SELECT (SELECT count(*) FROM doomed) AS occurrences,
        (SELECT scheduled_for FROM last) AS last_at,
-       (SELECT schedule FROM last) AS last_name,
-       (SELECT count(*) FROM doomed) AS occurrences;
+       (SELECT schedule FROM last) AS last_name;
 
 -- name: prune_workflows
 -- One batch of the walk over finished workflow instances: the next $4 after
 -- the cursor ($1, $2, $3; NULL from the oldest) in (updated_at, machine, key)
 -- order that finished (completed, failed or cancelled) more than $5 seconds
--- ago (a bounded range read of wf_instances_finished). Each goes with its
+-- ago, a bounded range read of wf_instances_finished. Each goes with its
 -- history, signals, effects and approvals in this one statement, so a later
--- start of the key begins from nothing. The status is checked again on the
--- locked row: an instance started again meanwhile stays; one another
--- transaction holds is skipped. $6: a dry run, which deletes nothing (the
--- data-modifying CTEs run whether or not the final SELECT reads them).
-WITH batch AS (
+-- start of the key begins from nothing. Rows another transaction holds are
+-- skipped, and the conditions are checked again on each row locked: an
+-- instance started again meanwhile stays. $6: a dry run, which deletes
+-- nothing (the data-modifying CTEs run whether or not the final SELECT reads
+-- them; the counts read the rows as they were before).
+WITH doomed AS (
     SELECT machine, key, updated_at FROM {schema}.wf_instances
     WHERE status IN ('completed', 'failed', 'cancelled')
       AND updated_at < now() - $5::float8 * interval '1 second'
@@ -123,12 +120,7 @@ WITH batch AS (
            OR (updated_at, machine, key) > ($1::timestamptz, $2::text, $3::text))
     ORDER BY updated_at, machine, key
     LIMIT $4
-), doomed AS (
-    SELECT i.machine, i.key
-    FROM {schema}.wf_instances i JOIN batch b ON i.machine = b.machine AND i.key = b.key
-    WHERE i.status IN ('completed', 'failed', 'cancelled')
-      AND i.updated_at < now() - $5::float8 * interval '1 second'
-    FOR UPDATE OF i SKIP LOCKED
+    FOR UPDATE SKIP LOCKED
 ), counted AS (
     SELECT (SELECT count(*) FROM {schema}.wf_history x JOIN doomed d USING (machine, key))
          + (SELECT count(*) FROM {schema}.wf_signals x JOIN doomed d USING (machine, key))
@@ -136,25 +128,24 @@ WITH batch AS (
          + (SELECT count(*) FROM {schema}.wf_approvals x JOIN doomed d USING (machine, key)) AS n
 ), history AS (
     DELETE FROM {schema}.wf_history x USING doomed d
-    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6 RETURNING 1
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
 ), signals AS (
     DELETE FROM {schema}.wf_signals x USING doomed d
-    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6 RETURNING 1
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
 ), effects AS (
     DELETE FROM {schema}.wf_effects x USING doomed d
-    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6 RETURNING 1
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
 ), approvals AS (
     DELETE FROM {schema}.wf_approvals x USING doomed d
-    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6 RETURNING 1
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
 ), instances AS (
     DELETE FROM {schema}.wf_instances x USING doomed d
-    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6 RETURNING 1
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
 ), last AS (
-    SELECT updated_at, machine, key FROM batch ORDER BY updated_at DESC, machine DESC, key DESC LIMIT 1
+    SELECT updated_at, machine, key FROM doomed ORDER BY updated_at DESC, machine DESC, key DESC LIMIT 1
 )
-SELECT (SELECT count(*) FROM batch) AS seen,
+SELECT (SELECT count(*) FROM doomed) AS instances,
+       (SELECT n FROM counted) AS rows,
        (SELECT updated_at FROM last) AS last_at,
        (SELECT machine FROM last) AS last_machine,
-       (SELECT key FROM last) AS last_key,
-       (SELECT count(*) FROM doomed) AS instances,
-       (SELECT n FROM counted) AS rows;
+       (SELECT key FROM last) AS last_key;

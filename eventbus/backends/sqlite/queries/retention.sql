@@ -51,16 +51,17 @@ ON CONFLICT (name) DO UPDATE SET ran_at = excluded.ran_at, report = excluded.rep
 -- name: prune_occurrences_batch
 -- The next batch of the walk over past schedule occurrences, after the cursor
 -- (:after_at, :after_name; NULL from the oldest), in (scheduled_for, schedule)
--- order (a bounded range read of schedule_occurrences_age).
-SELECT schedule, scheduled_for, status FROM schedule_occurrences
-WHERE scheduled_for < :now - :seconds
+-- order (a bounded range read of schedule_occurrences_age); requested and
+-- buffered ones wait to fire and stay.
+SELECT schedule, scheduled_for FROM schedule_occurrences
+WHERE scheduled_for < :now - :seconds AND status NOT IN ('requested', 'buffered')
   AND (:after_at IS NULL OR (scheduled_for, schedule) > (:after_at, :after_name))
 ORDER BY scheduled_for, schedule
 LIMIT :limit;
 
 -- name: prune_occurrences_delete
--- The batch's occurrences (:keys, JSON [schedule, scheduled_for] pairs) that
--- do not wait to fire: requested and buffered ones stay.
+-- The batch's occurrences (:keys, JSON [schedule, scheduled_for] pairs),
+-- guarded by their status as read.
 DELETE FROM schedule_occurrences
 WHERE (schedule, scheduled_for) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
                                     FROM json_each(:keys))
