@@ -193,7 +193,10 @@ def _fail(batch: list[_Waiter], exc: BaseException) -> None:
 
 async def _outcome(waiter: _Waiter) -> PublishResult:
     """The outcome of a sent event for a caller cancelled meanwhile: it waits for it, uncancellable."""
-    if waiter.outcome is None:  # not known yet: the flush will settle this future
+    if waiter.outcome is None:
+        if waiter.future.done() and not waiter.future.cancelled():  # settled just before the cancel
+            return waiter.future.result()
+        # Not known yet: the flush will settle this future.
         waiter.future = asyncio.get_running_loop().create_future()
         with anyio.CancelScope(shield=True):  # an anyio scope redelivers after: no spinning here
             while True:
