@@ -157,8 +157,11 @@ class PublishCoalescer:
         if len(results) != len(batch):  # never expected; no caller may be left waiting
             _fail(batch, PublishError(f"the backend returned {len(results)} results for {len(batch)} events"))
             return
-        for waiter, result in zip(batch, results, strict=True):
-            waiter.settle(result)
+        for waiter, result in zip(batch, results, strict=True):  # settle(), inlined: once per event
+            if waiter.future.done():
+                waiter.outcome = result
+            else:
+                waiter.future.set_result(result)
 
     def _send_blocked(self, waiter: _Waiter) -> None:
         """Send one member of a batch that gave up on a row lock on its own, outside the queue."""
