@@ -62,6 +62,14 @@ _UNAVAILABLE = (
 # Preparing again costs one round trip per statement and connection per period.
 STATEMENT_LIFETIME_SECONDS = 30
 
+# How long a publish on the held connection waits for a row lock (a key that
+# another open transaction inserted) before it gives up, publishing nothing,
+# so that one blocked key never holds up the publishes queued behind it; the
+# caller sends it again on a pooled connection, which waits as long as it
+# takes. Set by the statement itself for its own transaction (set_config(…,
+# true)): no session state, nothing to reset, the same behind a pooler.
+HELD_LOCK_WAIT_MS = 500
+
 
 @contextlib.contextmanager
 def translate_errors(operation: str = "the operation", timeout: float | None = None) -> Iterator[None]:
@@ -113,11 +121,15 @@ def check_dsn(dsn: str) -> str:
     return dsn
 
 
-# How long a publish on the held connection waits for a row lock (a key that
-# another open transaction inserted) before it gives up, publishing nothing,
-# so that one blocked key never holds up the publishes queued behind it; the
-# caller sends it again on a pooled connection, which waits as long as it takes.
-HELD_LOCK_WAIT_MS = 500
+async def _keep_session(conn: Any) -> None:
+    """Pool reset hook: nothing to undo.
+
+    The backend changes no session state on pooled connections (no SET, no
+    LISTEN, only transaction-scoped advisory locks), and asyncpg still rolls
+    back a transaction left open, which ends those locks too. The default
+    reset query costs a round trip on every release: about a third of a
+    single publish.
+    """
 
 
 class PgDb:
@@ -148,7 +160,6 @@ class PgDb:
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
         self._held_lock = asyncio.Lock()
-        self._bounded_pids: set[int] = set()  # sessions with HELD_LOCK_WAIT_MS set, until reset
 
     async def _no_check(self) -> None:
         self.ready = True
@@ -171,25 +182,11 @@ class PgDb:
                         max_size=self._pool_size[1],
                         command_timeout=self.command_timeout,
                         max_cached_statement_lifetime=self._statement_lifetime,
-                        reset=self._reset_session,
+                        reset=_keep_session,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
-
-    async def _reset_session(self, conn: Any) -> None:
-        """Pool reset hook: undo the held connection's lock wait bound, nothing else.
-
-        The backend changes no other session state on pooled connections (no
-        LISTEN, only transaction-scoped advisory locks), and asyncpg still
-        rolls back a transaction left open, which ends those locks too. The
-        default reset query costs a round trip on every release: about a
-        third of a single publish.
-        """
-        pid = conn.get_server_pid()
-        if pid in self._bounded_pids:
-            self._bounded_pids.discard(pid)
-            await conn.execute("RESET lock_timeout")
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:
@@ -229,9 +226,9 @@ class PgDb:
         """The held connection, one caller at a time; it stays a member of the pool.
 
         A pool acquire and release cost about as much client time as a lone
-        publish's statement. A statement on it waits at most
-        ``HELD_LOCK_WAIT_MS`` for a row lock, then raises
-        :class:`LockWaitExceeded` (the connection stays). One that fails for any reason but the database's
+        publish's statement. A ``publish_on(…, bounded=True)`` on it that waits
+        ``HELD_LOCK_WAIT_MS`` for a row lock raises :class:`LockWaitExceeded`
+        (the connection stays). One that fails for any reason but the database's
         refusal of the statement goes back to the pool (which closes or resets
         it) and the next caller takes another.
         """
@@ -259,16 +256,8 @@ class PgDb:
         await self.open()
         pool = await self.pool()
         with translate_errors(operation, self.command_timeout):
-            conn = await pool.acquire()
-            self._bounded_pids.add(conn.get_server_pid())  # the reset hook undoes it, whatever happens
-            try:
-                await conn.execute("SELECT set_config('lock_timeout', $1, false)", f"{HELD_LOCK_WAIT_MS}ms")
-            except BaseException:
-                with anyio.CancelScope(shield=True):
-                    await pool.release(conn)
-                raise
-        self.held_conn = conn
-        return conn
+            self.held_conn = await pool.acquire()
+        return self.held_conn
 
     async def _release_held(self) -> None:
         conn, self.held_conn = self.held_conn, None
@@ -294,9 +283,15 @@ class PgDb:
 
     # -- publishing inside a connection --------------------------------------
 
-    async def publish_on(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
-        """Append ``events`` and fan them out on ``conn`` (in its transaction, if any)."""
-        inserted = await self._insert(conn, events)
+    async def publish_on(
+        self, conn: Any, events: Sequence[OutgoingEvent], *, bounded: bool = False
+    ) -> list[PublishResult]:
+        """Append ``events`` and fan them out on ``conn`` (in its transaction, if any).
+
+        ``bounded``: the statement, in a transaction of its own, waits at most
+        ``HELD_LOCK_WAIT_MS`` for a row lock (then PostgreSQL refuses it).
+        """
+        inserted = await self._insert(conn, events, f"{HELD_LOCK_WAIT_MS}ms" if bounded else None)
         if len(inserted) == len(events):  # nothing skipped: every event is new
             return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
         batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
@@ -313,10 +308,12 @@ class PgDb:
             known = {(r["event_type"], r["key"]): r["id"] for r in found}
         return resolve_results(events, inserted, known)
 
-    async def _insert(self, conn: Any, events: Sequence[OutgoingEvent]) -> dict[int, int]:
+    async def _insert(
+        self, conn: Any, events: Sequence[OutgoingEvent], lock_wait: str | None
+    ) -> dict[int, int]:
         """Insert and fan out; map input index -> new event id (a taken key has none)."""
         if len(events) > 1:
-            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel)
+            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel, lock_wait)
             return {r["ord"] - 1: r["id"] for r in rows}
         e = events[0]
         new_id = await conn.fetchval(
@@ -330,6 +327,7 @@ class PgDb:
             e.causation_id,
             e.ordering_key,
             self.channel,
+            lock_wait,
         )
         return {} if new_id is None else {0: new_id}
 

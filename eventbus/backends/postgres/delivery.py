@@ -105,7 +105,7 @@ class PgDeliveries:
         if not self.db.holds_one:
             return await self._publish_pooled(events)
         async with self.db.held("publish") as conn:
-            return await self.db.publish_on(conn, events)
+            return await self.db.publish_on(conn, events, bounded=True)
 
     async def publish_in(self, connection: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         """Publish on the caller's asyncpg connection: the events exist only if its transaction commits."""

@@ -273,20 +273,17 @@ async def test_a_key_held_by_an_open_transaction_holds_up_only_its_own_publish(
 
 
 @pytest.mark.parametrize("backend_kind", ["postgres"], indirect=True)
-async def test_the_held_connections_lock_wait_bound_never_reaches_the_pool(bus: Bus) -> None:
+async def test_the_lock_wait_bound_ends_with_its_statement(bus: Bus, target: Target) -> None:
     db = bus.backend.db  # type: ignore[attr-defined]
-    await bus.publish(OrderPlaced(order_id="takes the held connection"))
-    held_pid = db.held_conn.get_server_pid()
-    assert await db.held_conn.fetchval("SHOW lock_timeout") != "0"
-    await db._release_held()  # as after a failure: the connection goes back to the pool
-    pool = await db.pool()
-    conns = [await pool.acquire() for _ in range(pool.get_max_size())]
+    await bus.publish(OrderPlaced(order_id="on the held connection"))
+    assert await db.held_conn.fetchval("SHOW lock_timeout") == "0"  # no session state left behind
+    conn = await asyncpg.connect(target.dsn)
     try:
-        assert held_pid in {c.get_server_pid() for c in conns}
-        assert {await c.fetchval("SHOW lock_timeout") for c in conns} == {"0"}
+        async with conn.transaction():
+            await bus.publish(OrderPlaced(order_id="in the caller's transaction"), connection=conn)
+            assert await conn.fetchval("SHOW lock_timeout") == "0"  # the caller's settings are its own
     finally:
-        for c in conns:
-            await pool.release(c)
+        await conn.close()
 
 
 async def test_an_anyio_scope_cancelled_in_flight_gets_the_result_then_the_cancel(bus: Bus) -> None:
