@@ -156,6 +156,7 @@ _MOVED = _MovedNames(
         "WorkflowSignalRow": "eventbus.types",
         "WorkflowStatus": "eventbus.types",
     },
+    warns_itself={"DeadLetterFilter"},  # each call says to use DeliveryFilter
 )
 
 

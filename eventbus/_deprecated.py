@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 __all__ = ["Moved", "MovedNames"]
@@ -49,12 +49,15 @@ class MovedNames:
     """The names that left a package's top level, each for the module in ``homes``.
 
     A package's ``__getattr__`` calls :meth:`resolve`: each name warns the
-    first time it is looked up, then resolves to its new home.
+    first time it is looked up, then resolves to its new home. Names in
+    ``warns_itself`` are deprecated where they live too and warn each time
+    they are called: looking them up stays silent, so a use warns once.
     """
 
-    def __init__(self, package: str, homes: Mapping[str, str]) -> None:
+    def __init__(self, package: str, homes: Mapping[str, str], warns_itself: Collection[str] = ()) -> None:
         self.package = package
         self.homes = dict(homes)
+        self.warns_itself = frozenset(warns_itself)
         self.warned: set[str] = set()
 
     def resolve(self, name: str) -> Any:
@@ -62,7 +65,7 @@ class MovedNames:
         home = self.homes.get(name)
         if home is None:
             raise AttributeError(f"module {self.package!r} has no attribute {name!r}")
-        if name not in self.warned:
+        if name not in self.warned and name not in self.warns_itself:
             self.warned.add(name)
             warnings.warn(
                 f"{self.package}.{name} is deprecated and will be removed in the next release: "

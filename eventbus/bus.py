@@ -61,6 +61,8 @@ class Envelope(msgspec.Struct, frozen=True):
     delay: float | timedelta | None = None
     headers: dict[str, str] | None = None
     ordering_key: str | None = None
+    once: bool = False
+    """Keep the key for good, as ``publish(..., once=True)`` does."""
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -133,6 +135,11 @@ class Bus(Router):
         (without ``connection``) share one statement and one commit; a call
         that finds none in flight is sent at once. Each caller still gets its
         own result or error. Off: one transaction per call.
+    :param backend_options: passed to the backend. On PostgreSQL: ``pooler``
+        (``"transaction"`` behind PgBouncer's transaction pooling or a managed
+        pooler like it), ``pooler_prepared_statements``, ``listen_dsn``,
+        ``poll_interval_seconds`` (also DSN options, see the Deploying guide),
+        and the pool sizes (``eventbus.backends.postgres.PostgresBackend``).
     """
 
     def __init__(
@@ -224,12 +231,16 @@ class Bus(Router):
         ordering_key: str | None = None,
         correlation_id: int | None = None,
         causation_id: int | None = None,
+        once: bool = False,
     ) -> OutgoingEvent:
         """Encode and check one event; raises a :class:`PublishError` subclass.
 
         Everything the database will be asked to store is checked here, at the
-        caller (``publish`` or ``ctx.emit``): keys, headers and the size.
+        caller (``publish`` or ``ctx.emit``): keys, headers and the size
+        (and :class:`ConfigurationError` for ``once`` without a key).
         """
+        if once and key is None:
+            raise ConfigurationError("once=True keeps the event's key for good: give it a key=...")
         event_type = event_type_of(type(event))
         headers_json = _encoded_headers(headers)
         payload = self._checked_size(event_type, encode_event(event), headers_json)
@@ -242,6 +253,7 @@ class Bus(Router):
             correlation_id=correlation_id,
             causation_id=causation_id,
             ordering_key=_checked_key("ordering_key", ordering_key),
+            keep_key=once,
         )
         return out if causation_id is None else self.hooks.on_outgoing(out)
 
@@ -264,16 +276,25 @@ class Bus(Router):
         headers: dict[str, str] | None = None,
         ordering_key: str | None = None,
         connection: Any = None,
+        once: bool = False,
     ) -> PublishResult:
         """Append ``event`` to the log and fan it out to every subscription of its type.
 
         With ``key``, a second publish of the same type and key inserts nothing
-        and returns the first event's id with ``duplicate=True``. With
-        ``connection`` (an asyncpg connection inside a transaction), the event
-        exists only if that transaction commits. Concurrent calls without
-        ``connection`` share a commit (see ``coalesce_publishes``).
+        and returns the first event's id with ``duplicate=True``, for as long
+        as the event is kept (at least the retention's ``dedup_window``). With
+        ``once=True`` the key is kept for good, after the event is pruned: a
+        later publish of it with ``once=True`` is a duplicate of the first
+        event, ever. With ``connection`` (an asyncpg connection inside a
+        transaction), the event exists only if that transaction commits.
+        Concurrent calls without ``connection`` share a commit (see
+        ``coalesce_publishes``).
+
+        :raises ConfigurationError: ``once=True`` without a ``key``.
         """
-        out = self.outgoing(event, key=key, delay=delay, headers=headers, ordering_key=ordering_key)
+        out = self.outgoing(
+            event, key=key, delay=delay, headers=headers, ordering_key=ordering_key, once=once
+        )
         (result,) = await self._publish([out], connection)
         return result
 
@@ -282,7 +303,9 @@ class Bus(Router):
     ) -> list[PublishResult]:
         """Publish a batch in one round trip; results are in input order."""
         batch = [
-            self.outgoing(e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key)
+            self.outgoing(
+                e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key, once=e.once
+            )
             if isinstance(e, Envelope)
             else self.outgoing(e)
             for e in events
@@ -423,7 +446,7 @@ class Bus(Router):
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, got {limit}")
         flt = DeliveryFilter(status="dead", subscription=subscription, event_type=event_type, since=since)
-        ids = await self.backend.inspect.delivery_ids(flt, limit)
+        ids = await self.backend.inspect.delivery_ids(flt, limit, listing=True)
         rows: list[DeliveryRow] = []
         for start in range(0, len(ids), MAX_INSPECT_ROWS):
             page = ids[start : start + MAX_INSPECT_ROWS]
@@ -435,10 +458,25 @@ class Bus(Router):
         return await self.backend.inspect.show(delivery_id)
 
     async def find_deliveries(
-        self, flt: DeliveryFilter | None = None, *, limit: int = 50, before_id: int | None = None
+        self,
+        flt: DeliveryFilter | None = None,
+        *,
+        limit: int = 50,
+        before_id: int | None = None,
+        after_id: int | None = None,
     ) -> list[DeliveryRow]:
-        """Deliveries matching ``flt``, newest first; ``before_id``: the last id of the previous page."""
-        return await self.backend.inspect.find(_checked_filter(flt), _checked_limit(limit), before_id)
+        """Deliveries matching ``flt``, newest first; ``before_id``: the last id of the previous page.
+
+        ``after_id`` instead gives the ``limit`` deliveries just above it (the
+        page before, going back up a list), still newest first.
+        """
+        flt, limit = _checked_filter(flt), _checked_limit(limit)
+        if after_id is None:
+            return await self.backend.inspect.find(flt, limit, before_id)
+        if before_id is not None:
+            raise ConfigurationError("give before_id or after_id, not both")
+        ids = await self.backend.inspect.delivery_ids(flt, limit, after_id)
+        return await self.backend.inspect.find(DeliveryFilter(ids=ids), limit) if ids else []
 
     async def count_deliveries(self, flt: DeliveryFilter | None = None, *, cap: int = 10_000) -> int:
         """How many deliveries match ``flt``; a result above ``cap`` means "more than cap"."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
-from .backends.base import ClaimedDelivery, OutgoingEvent
+from .backends.base import ClaimedDelivery, OutgoingEvent, WorkflowStart
+from .errors import ConfigurationError
 from .event import Event
 from .types import DeliveryId, EventId
 
@@ -13,20 +15,24 @@ __all__ = ["Context"]
 
 
 class Context:
-    """Envelope data of the delivery being handled, and :meth:`emit` for follow-ups."""
+    """Envelope data of the delivery being handled, :meth:`emit` for follow-ups and
+    :meth:`start` for runs of state machines, both written with the delivery's completion."""
 
-    __slots__ = ("_build", "_delivery", "follow_ups", "subscription")
+    __slots__ = ("_build", "_delivery", "_prepare", "follow_ups", "starts", "subscription")
 
     def __init__(
         self,
         delivery: ClaimedDelivery,
         subscription: str,
         build: Callable[..., OutgoingEvent],
+        prepare: Callable[..., WorkflowStart] | None = None,
     ) -> None:
         self._delivery = delivery
         self._build = build
+        self._prepare = prepare
         self.subscription = subscription
         self.follow_ups: list[OutgoingEvent] = []
+        self.starts: list[WorkflowStart] = []
 
     @property
     def event_id(self) -> EventId:
@@ -81,11 +87,14 @@ class Context:
         delay: float | timedelta | None = None,
         headers: dict[str, str] | None = None,
         ordering_key: str | None = None,
+        once: bool = False,
     ) -> None:
         """Publish ``event`` atomically with this delivery's completion.
 
         Nothing is written if the handler fails or the completion does not
-        commit; with a ``key``, a re-run after a crash cannot duplicate it.
+        commit; with a ``key``, a re-run after a crash cannot duplicate it
+        (and with ``once=True`` the key is kept for good, as
+        ``bus.publish(..., once=True)`` keeps it).
         The event is checked here, as :meth:`Bus.publish` checks it: a bad key
         (:class:`InvalidKey`), headers (:class:`EncodeError`) or size
         (:class:`PayloadTooLarge`) raises in the handler.
@@ -99,5 +108,23 @@ class Context:
                 ordering_key=ordering_key,
                 correlation_id=self.correlation_id,
                 causation_id=self.event_id,
+                once=once,
             )
         )
+
+    def start(self, machine: Any, checkpoint: Any, *, once: bool = False) -> None:
+        """Start a run of ``machine`` (a :class:`~eventbus.workflows.Machine` included in
+        the bus, or its name) atomically with this delivery's completion.
+
+        Written as :meth:`emit`'s follow-ups are: nothing is started if the
+        handler fails or the completion is refused (a lost lease), and a handler
+        run again after a crash starts nothing twice. Applied as
+        ``bus.workflows.start(machine, checkpoint, once=once)`` applies it: a
+        live run of the key is left alone, and with ``once`` a completed one too.
+        The checkpoint is checked here: a wrong type or key raises
+        :class:`ConfigurationError` (:class:`UnknownMachine` for a machine the
+        bus does not include) in the handler.
+        """
+        if self._prepare is None:
+            raise ConfigurationError("this context cannot start runs: it belongs to no bus")
+        self.starts.append(self._prepare(machine, checkpoint, once=once))

@@ -31,7 +31,10 @@ Every error derives from one root::
     │   │   ├── UndeclaredState
     │   │   └── UnreachableState
     │   ├── GuardMismatch
-    │   └── CheckpointTooLarge
+    │   │   └── RunEnded          a signal for a run that is over
+    │   ├── CheckpointTooLarge
+    │   ├── InvalidCheckpoint     a checkpoint that does not match its type
+    │   └── InvalidOutcome        an outcome a state returned that cannot be committed
     ├── HandlerInterrupted        a handler outlived the shutdown grace period
     ├── HandlerTimeout            a handler ran past its timeout
     └── HandlerSignal             raised by handlers to steer their delivery
@@ -60,7 +63,9 @@ __all__ = [
     "HandlerSignal",
     "HandlerSignatureError",
     "HandlerTimeout",
+    "InvalidCheckpoint",
     "InvalidKey",
+    "InvalidOutcome",
     "InvalidSchedule",
     "MigrationChecksumMismatch",
     "MigrationError",
@@ -70,6 +75,7 @@ __all__ = [
     "RegistrationError",
     "ResultNotStored",
     "Retry",
+    "RunEnded",
     "SchemaNotMigrated",
     "UncappedCycle",
     "UndeclaredState",
@@ -245,3 +251,15 @@ class GuardMismatch(WorkflowError):
 
 class CheckpointTooLarge(WorkflowError):
     """The encoded checkpoint is over the machine's max_checkpoint_bytes."""
+
+
+class RunEnded(GuardMismatch):
+    """The run this was meant for has ended (or a newer run replaced it); nothing was stored."""
+
+
+class InvalidCheckpoint(WorkflowError):
+    """The checkpoint does not match the machine's checkpoint type (a field of the wrong type)."""
+
+
+class InvalidOutcome(WorkflowError):
+    """A state's outcome cannot be committed (a Fail code that is not a str, a bad poll)."""

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .backends.base import ClaimedDelivery, Completion, OutgoingEvent
+from .backends.base import ClaimedDelivery, Completion, OutgoingEvent, Rescue
 from .errors import BackendError, ExtraNotInstalled
 from .observe import DeliveryOutcome, NoHooks, Publishing
 from .types import PublishResult, StatusDetails
@@ -91,6 +91,12 @@ class Metrics(NoHooks):
             "eventbus_deliveries_finished_total",
             "Attempts ended, by outcome",
             [*b, "subscription", "event_type", "outcome"],
+            registry=r,
+        )
+        self.rescued = prom.Counter(
+            "eventbus_deliveries_rescued_total",
+            "Processing deliveries this process's worker took back from lost workers",
+            [*b, "reason"],
             registry=r,
         )
         self.duration = prom.Histogram(
@@ -174,6 +180,10 @@ class Metrics(NoHooks):
             # Follow-ups are published by the completion's commit, not through Bus.publish.
             for event in outcome.result.follow_ups:
                 self.published.labels(self.backend, event.event_type).inc()
+
+    def on_rescue(self, rescues: Sequence[Rescue]) -> None:
+        for r in rescues:
+            self.rescued.labels(self.backend, r.reason).inc(r.deliveries)
 
 
 class QueueCollector:

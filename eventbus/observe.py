@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .backends.base import ClaimedDelivery, Completion, Failure, LeaseKey, OutgoingEvent
+from .backends.base import ClaimedDelivery, Completion, Failure, LeaseKey, OutgoingEvent, Rescue
 from .types import DeliveryId, PublishResult
 
 if TYPE_CHECKING:
@@ -171,6 +171,11 @@ class NoHooks:
     def on_outcome(self, outcome: DeliveryOutcome) -> None:
         return None
 
+    def on_rescue(self, rescues: Sequence[Rescue]) -> None:
+        """This process's worker took back the deliveries of lost workers (an optional hook:
+        hooks that do not define it are not told)."""
+        return None
+
 
 class CompositeHooks(NoHooks):
     """Several hooks called in order; a hook that raises is logged and skipped."""
@@ -246,6 +251,16 @@ class CompositeHooks(NoHooks):
                 h.on_outcome(outcome)
             except Exception:
                 log.exception("hook %r failed in on_outcome", h)
+
+    def on_rescue(self, rescues: Sequence[Rescue]) -> None:
+        for h in self.hooks:
+            told = getattr(h, "on_rescue", None)
+            if told is None:
+                continue
+            try:
+                told(rescues)
+            except Exception:
+                log.exception("hook %r failed in on_rescue", h)
 
 
 @dataclass(slots=True)

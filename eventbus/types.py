@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal, NewType
+from typing import Any, Literal, NewType
 
 import msgspec
 
 __all__ = [
+    "ApprovalStatus",
     "AttemptRecord",
     "ChainDelivery",
     "ChainEvent",
@@ -23,6 +24,7 @@ __all__ = [
     "DeliveryStatus",
     "DstFold",
     "DstGap",
+    "EffectStatus",
     "EventId",
     "EventTypeRow",
     "EventView",
@@ -86,6 +88,10 @@ WorkflowStatus = Literal[
     "uncertain",
 ]
 """Where an instance of a state machine is; ``completed``, ``failed`` and ``cancelled`` are final."""
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "superseded"]
+"""Where an approval request is: waiting for a human, decided, or closed unused (expired, superseded)."""
+EffectStatus = Literal["done", "compensated", "uncertain"]
+"""Where a recorded effect is: in force, undone by its compensation, or unknown after failed compensations."""
 
 
 class PublishResult(msgspec.Struct, frozen=True):
@@ -203,6 +209,8 @@ class WorkerRow(msgspec.Struct, frozen=True):
     listener_ok: bool
     listener_reconnects: int
     silent_seconds: float
+    rescued: int = 0
+    """Processing deliveries other workers took back from this one once it was taken for lost."""
 
 
 class SubscriptionInfo(msgspec.Struct, frozen=True):
@@ -311,6 +319,9 @@ class StatusReport(msgspec.Struct, frozen=True):
     horizon: HorizonHolder | None = None
     """PostgreSQL only: None when no other transaction holds a snapshot."""
     last_prune_at: datetime | None = None
+    replica_lag_seconds: float | None = None
+    """PostgreSQL with ``read_dsn`` only: how far the replica that answered was behind
+    (0 when it had replayed everything it received)."""
 
 
 class ScheduleInfo(msgspec.Struct, frozen=True):
@@ -400,6 +411,8 @@ class WorkflowInstance(msgspec.Struct, frozen=True):
     now: datetime
     """The database clock when the row was read (caps on age use it)."""
     has_signals: bool = False
+    kept: bool = False
+    """A start with ``once=True`` named this key: retention keeps its row while it is completed."""
 
 
 class WorkflowHistoryRow(msgspec.Struct, frozen=True):
@@ -422,9 +435,11 @@ class WorkflowHistoryRow(msgspec.Struct, frozen=True):
 
 
 class WorkflowSignalRow(msgspec.Struct, frozen=True):
-    """A durable signal sent to an instance; ``consumed_version`` is set once a transition took it."""
+    """A durable signal sent to one run of an instance; ``consumed_version`` is set once consumed."""
 
     id: int
+    run_id: int
+    """The run it was sent to: only a visit of that run reads it."""
     name: str
     dedupe: str | None
     payload: bytes
@@ -433,7 +448,11 @@ class WorkflowSignalRow(msgspec.Struct, frozen=True):
 
 
 class WorkflowApprovalRow(msgspec.Struct, frozen=True):
-    """An approval request, tied to the hash of the exact input it approves."""
+    """An approval request, tied to the hash of the exact input it approves.
+
+    What ``bus.workflows.approvals(machine, key)``, ``approve`` and ``deny``
+    return, and ``ctx.approval`` in the visit that runs under it.
+    """
 
     id: int
     machine: str
@@ -442,27 +461,32 @@ class WorkflowApprovalRow(msgspec.Struct, frozen=True):
     state: str
     input: bytes
     input_hash: str
-    status: str
+    status: ApprovalStatus
     requested_at: datetime
     expires_at: datetime
     decided_by: str | None
     decided_at: datetime | None
     reason: str | None
     consumed_version: int | None = None
-    """Set once a transition acted on the decision: a decision is used once."""
+    """The version of the transition that closed it (ran the state under it, took the deny or
+    timeout edge, or superseded it): a decision is used once, by the visit that asked for it."""
 
 
 class WorkflowEffectRow(msgspec.Struct, frozen=True):
-    """An irreversible effect recorded with a transition, and whether it was compensated."""
+    """An irreversible effect recorded with a transition (``ctx.record_effect``), and whether it
+    was compensated: the ``effect`` a compensation function is given."""
 
     id: int
     run_id: int
     state: str
     op_key: str
+    """The visit's ``op_key`` with the effect's position in the visit: stable across re-runs."""
     kind: str
-    ref: str
+    ref: Any
+    """The ``ref`` given to ``record_effect``, decoded from JSON (a dict, list, str, number or None)."""
     compensation: str | None
-    status: str
+    """The name of its registered compensation, if it has one."""
+    status: EffectStatus
 
 
 class ChainDelivery(msgspec.Struct, frozen=True):

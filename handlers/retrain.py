@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from eventbus.workflows import Fail, Goto, Machine, StepContext, Yield
+from eventbus.workflows import Goto, Machine, StepContext, Yield
 from schemas import Retrain
 
 from .gpu import gpu
@@ -24,11 +24,11 @@ async def INITIAL(c: Retrain, ctx: StepContext) -> None:
 
 
 @machine.state(on_success="DOWNLOAD_SAVE", on_failure="SUBMIT_JOB")
-async def CHECK_LAST_TRAIN(c: Retrain, ctx: StepContext) -> Fail | None:
+async def CHECK_LAST_TRAIN(c: Retrain, ctx: StepContext) -> Goto | None:
     """Resume without retraining: a finished job and no newer data go straight to the download."""
     last = await gpu.last_job(c.customer)
     if last is None or last.status != "succeeded" or gpu.new_data_since(c.customer, last.finished_at or 0.0):
-        return Fail("needs-training")
+        return Goto("SUBMIT_JOB")  # a branch, not an error: Fail would record one
     c.job_id, c.resumed = last.id, True
     return None
 

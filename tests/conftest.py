@@ -6,6 +6,13 @@ process (each pytest-xdist worker) gets a database of its own on that server,
 dropped when it ends, and each test a fresh schema in it (PostgreSQL) or a
 fresh file (SQLite). ``--backend`` narrows the backend-parametrised tests to
 one backend (tests/contract/README.md).
+
+A third kind, ``postgres-pgbouncer``, reaches the same server through a
+PgBouncer in transaction pooling mode started by the run (the bus opened with
+``?pooler=transaction``). The contract suite runs on it by default; other
+folders when ``--backend postgres-pgbouncer`` is given. A fourth,
+``postgres-pgbouncer-session`` (PgBouncer in session mode, ``?pooler=session``),
+runs only when named with ``--backend``.
 """
 
 from __future__ import annotations
@@ -21,9 +28,16 @@ import pytest
 from eventbus import Bus
 
 from .support.databases import worker_database
+from .support.pgbouncer import PgBouncer, running_pgbouncer
 from .support.pgserver import PgServer
 
 BACKENDS = ["postgres", "sqlite"]
+POOLED = "postgres-pgbouncer"
+"""PostgreSQL through PgBouncer in transaction mode (``?pooler=transaction``)."""
+POOLED_SESSION = "postgres-pgbouncer-session"
+"""PostgreSQL through PgBouncer in session mode (``?pooler=session``): only with ``--backend``."""
+POOLED_BY_DEFAULT = ("tests/contract/",)
+"""Folders whose backend tests also run through PgBouncer without ``--backend``."""
 # Folders whose tests start first, so the slowest (real processes, kills,
 # restarts) spread over the xdist workers instead of queuing at the end.
 FIRST = ("tests/faults/", "tests/integration/")
@@ -33,19 +47,39 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend",
         action="append",
-        choices=BACKENDS,
+        choices=[*BACKENDS, POOLED, POOLED_SESSION],
         help="run the backend tests on this backend only (repeatable; default: every backend)",
     )
 
 
 def _backend_of(item: pytest.Item) -> str | None:
-    """The backend a test runs on: its ``backend_kind``, or PostgreSQL for a PostgreSQL-only test."""
+    """The backend a test runs on: its ``backend_kind``, PgBouncer for a pooler test, else PostgreSQL
+    for a PostgreSQL-only test."""
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "backend_kind" in callspec.params:
         return str(callspec.params["backend_kind"])
-    if "pg_dsn" in getattr(item, "fixturenames", ()):
+    fixtures = getattr(item, "fixturenames", ())
+    if "pgbouncer" in fixtures or "pgbouncer_session" in fixtures:
+        return POOLED
+    if "pg_dsn" in fixtures:
         return "postgres"
     return None
+
+
+def _kinds(config: pytest.Config, nodeid: str) -> list[str]:
+    chosen = config.getoption("backend") or ()
+    pooled = POOLED in chosen or nodeid.startswith(POOLED_BY_DEFAULT)
+    return [*BACKENDS, *([POOLED] if pooled else []), *([POOLED_SESSION] if POOLED_SESSION in chosen else [])]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrise ``backend_kind`` over the backends, unless the test names its own."""
+    if "backend_kind" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        if "backend_kind" in str(mark.args[0] if mark.args else mark.kwargs.get("argnames", "")):
+            return
+    metafunc.parametrize("backend_kind", _kinds(metafunc.config, metafunc.definition.nodeid), indirect=True)
 
 
 def _start_rank(item: pytest.Item) -> int:
@@ -85,18 +119,34 @@ def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
         yield dsn
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend_kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction pooling mode in front of the run's server, for the whole run."""
+    with running_pgbouncer(pg_server_dsn, "transaction") as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_session(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer in session pooling mode in front of the run's server, for the whole run."""
+    with running_pgbouncer(pg_server_dsn, "session") as bouncer:
+        yield bouncer
 
 
 class Target:
     """Where a test's bus lives: a DSN plus, on PostgreSQL, its own schema."""
 
-    def __init__(self, kind: str, dsn: str, schema: str | None) -> None:
+    def __init__(self, kind: str, dsn: str, schema: str | None, direct_dsn: str | None = None) -> None:
         self.kind = kind
         self.dsn = dsn
         self.schema = schema
+        self.direct_dsn = direct_dsn or dsn
+        """A DSN straight to the database, for a test's own checks (``dsn`` may go through a pooler)."""
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ, EVENTBUS_DSN=self.dsn)
@@ -115,7 +165,14 @@ async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureReque
         return
     dsn = request.getfixturevalue("pg_dsn")
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    yield Target("postgres", dsn, schema)
+    if backend_kind in (POOLED, POOLED_SESSION):
+        bouncer: PgBouncer = request.getfixturevalue(
+            "pgbouncer" if backend_kind == POOLED else "pgbouncer_session"
+        )
+        pooled = f"{bouncer.dsn_for(dsn)}?pooler={bouncer.mode}"
+        yield Target("postgres", pooled, schema, direct_dsn=dsn)
+    else:
+        yield Target("postgres", dsn, schema)
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

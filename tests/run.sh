@@ -16,10 +16,10 @@ PYTHON="${PYTHON:-python3}"
 .venv/bin/python -m compileall -q eventbus tests
 
 checks() {
-    .venv/bin/ruff check eventbus handlers schemas tests benchmarks
-    .venv/bin/ruff format --check eventbus handlers schemas tests benchmarks
+    .venv/bin/ruff check eventbus handlers schemas tests benchmarks docs/_ext
+    .venv/bin/ruff format --check eventbus handlers schemas tests benchmarks docs/_ext
     .venv/bin/mypy eventbus
-    .venv/bin/mypy schemas handlers tests
+    .venv/bin/mypy schemas handlers tests docs/_ext
     .venv/bin/lint-imports
     # The guide and API reference: a warning (a broken link or docstring reference) fails the build.
     NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet --site-dir site

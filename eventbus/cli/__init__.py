@@ -12,14 +12,15 @@ import signal
 from typing import Any
 
 import anyio
+import anyio.abc
 import click
 import msgspec
 import orjson
 
 from .. import logs
 from ..types import StatusReport
-from ..worker import Worker
-from ._common import Obj, enc_hook, load_app, run
+from ..worker import Worker, serve_health
+from ._common import ID, Obj, enc_hook, load_app, run
 from .bench import bench
 from .dashboard import dashboard
 from .dlq import dlq
@@ -80,8 +81,26 @@ def migrate(obj: Obj) -> None:
 @click.option(
     "--recovery-interval", default=1.0, show_default=True, help="Seconds between sweeps for expired leases."
 )
+@click.option(
+    "--rescue-after",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="Take back the work of a worker silent this long (seconds, at least 10; 0: never).",
+)
 @click.option("--subscription", "subscriptions", multiple=True, help="Serve only these.")
 @click.option("--migrate/--no-migrate", "run_migrate", default=False, help="Migrate first.")
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    help="Answer GET /livez and /readyz on HEALTH-HOST:PORT (200 or 503, JSON).",
+)
+@click.option(
+    "--health-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address of the health probes (0.0.0.0 for a probe from outside, as in Kubernetes).",
+)
 @metrics_options
 @click.pass_obj
 def worker(
@@ -93,8 +112,11 @@ def worker(
     poll_interval: float,
     grace: float,
     recovery_interval: float,
+    rescue_after: float,
     subscriptions: tuple[str, ...],
     run_migrate: bool,
+    health_port: int | None,
+    health_host: str,
     metrics_port: int | None,
     collect_queues: bool,
 ) -> None:
@@ -114,6 +136,7 @@ def worker(
             poll_interval_seconds=poll_interval,
             grace_seconds=grace,
             recovery_interval_seconds=recovery_interval,
+            rescue_after_seconds=rescue_after or None,
             subscriptions=subscriptions or None,
         )
         with anyio.CancelScope() as closing:  # a second signal bounds closing the bus too
@@ -130,12 +153,24 @@ def worker(
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(_stop_on_signals, w, closing)
                     start_metrics(tg, bus, metrics_port, collect_queues)
+                    await _start_health(tg, w, health_host, health_port)
                     await w.run()
                     tg.cancel_scope.cancel()
         return w.processed
 
     processed = run(go)
     click.echo(f"worker stopped: {processed} deliveries completed", err=True)
+
+
+async def _start_health(tg: anyio.abc.TaskGroup, w: Worker, host: str, port: int | None) -> None:
+    """Serve the worker's health probes, if asked; say where (a port of 0 picks a free one)."""
+    if port is None:
+        return
+    try:
+        bound = await tg.start(serve_health, w, host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve health probes on {host}:{port}: {exc.strerror}") from exc
+    click.echo(f"health probes on http://{host}:{bound}/livez and /readyz", err=True)
 
 
 async def _stop_on_signals(w: Worker, closing: anyio.CancelScope) -> None:
@@ -183,7 +218,7 @@ def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: flo
 
 
 @cli.command()
-@click.argument("ids", nargs=-1, type=int, required=True)
+@click.argument("ids", nargs=-1, type=ID, required=True)
 @click.pass_obj
 def cancel(obj: Obj, ids: tuple[int, ...]) -> None:
     """Cancel pending deliveries by ID; deliveries in any other state are left alone."""

@@ -15,17 +15,17 @@ import click
 import msgspec
 
 from ..testing import Throughput, drain_throughput
-from ._common import Obj, run
+from ._common import COUNT, SECONDS, Obj, run
 
 __all__ = ["bench"]
 
 
 @click.command()
-@click.option("--n", "n", default=20_000, show_default=True, help="Events to drain.")
-@click.option("--concurrency", default=200, show_default=True)
-@click.option("--batch-size", default=100, show_default=True)
-@click.option("--subscriptions", default=1, show_default=True, help="Fan-out per event.")
-@click.option("--handler-sleep", default=0.0, show_default=True, help="Seconds per handler.")
+@click.option("--n", "n", default=20_000, show_default=True, type=COUNT, help="Events to drain.")
+@click.option("--concurrency", default=200, show_default=True, type=COUNT)
+@click.option("--batch-size", default=100, show_default=True, type=COUNT)
+@click.option("--subscriptions", default=1, show_default=True, type=COUNT, help="Fan-out per event.")
+@click.option("--handler-sleep", default=0.0, show_default=True, type=SECONDS, help="Seconds per handler.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option(
     "--chart",

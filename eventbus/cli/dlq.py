@@ -8,12 +8,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import click
 import msgspec
 
 from ..bus import Bus
-from ..types import DeliveryDetail, DeliveryFilter, DeliveryRow
-from ._common import Obj, enc_hook, run
+from ..types import DeliveryDetail, DeliveryFilter, DeliveryRow, SubscriptionInfo
+from ._common import COUNT, ID, Obj, enc_hook, run
 
 __all__ = ["dlq"]
 
@@ -26,14 +27,16 @@ def parse_since(text: str | None) -> datetime | None:
     if text is None:
         return None
     match = _RELATIVE.match(text)
-    if match:
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-        return datetime.now(UTC) - timedelta(seconds=seconds)
     try:
+        if match:
+            seconds = float(match.group(1)) * _UNITS[match.group(2)]
+            return datetime.now(UTC) - timedelta(seconds=seconds)
         when = datetime.fromisoformat(text)
+        return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+    except OverflowError as exc:
+        raise click.BadParameter(f"{text} is before the year 1 in UTC", param_hint="--since") from exc
     except ValueError as exc:
         raise click.BadParameter("use 30m, 2h, 1d or an ISO-8601 time", param_hint="--since") from exc
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,6 +65,39 @@ def _make_filter(
     )
 
 
+async def check_names(bus: Bus, flt: DeliveryFilter) -> None:
+    """Refuse a ``--subscription`` or ``--event-type`` that nothing has: a typo would match nothing.
+
+    A name is known when the bus registers it or the database records it (a
+    subscription, its event type, or an event type in the log), so names of
+    subscriptions gone from the code still work.
+    """
+    if flt.subscription is None and flt.event_type is None:
+        return
+    recorded = await bus.list_subscriptions()
+    names = {s.name for s in recorded} | set(bus.subscriptions)
+    if flt.subscription is not None and flt.subscription not in names:
+        raise click.BadParameter(
+            f"no subscription named {flt.subscription!r} ({_known(names)})", param_hint="--subscription"
+        )
+    if flt.event_type is not None and not await _known_event_type(bus, flt.event_type, recorded):
+        raise click.BadParameter(f"no event type {flt.event_type!r} is recorded", param_hint="--event-type")
+
+
+async def _known_event_type(bus: Bus, name: str, recorded: list[SubscriptionInfo]) -> bool:
+    types = {s.event_type for s in recorded} | {s.event_type for s in bus.subscriptions.values()}
+    if name in types:
+        return True
+    details = await bus.backend.inspect.health()  # every event type in the log, by an index skip scan
+    return any(t.event_type == name for t in details.event_types)
+
+
+def _known(names: set[str]) -> str:
+    shown = sorted(names)[:10]
+    more = f", … {len(names) - len(shown)} more" if len(names) > len(shown) else ""
+    return f"known: {', '.join(shown)}{more}" if shown else "none is recorded"
+
+
 @click.group()
 def dlq() -> None:
     """Dead-letter queue: deliveries that ran out of attempts or could not decode."""
@@ -69,7 +105,7 @@ def dlq() -> None:
 
 @dlq.command("list")
 @_filters
-@click.option("--limit", default=100, show_default=True)
+@click.option("--limit", default=100, show_default=True, type=COUNT)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def list_(
@@ -80,6 +116,7 @@ def list_(
 
     async def go() -> list[DeliveryRow]:
         async with obj.bus() as bus:
+            await check_names(bus, flt)
             return await bus.dead_letters(
                 subscription=flt.subscription, event_type=flt.event_type, since=flt.since, limit=limit
             )
@@ -110,7 +147,7 @@ def _summary(d: DeliveryRow) -> dict[str, Any]:
 
 
 @dlq.command()
-@click.argument("delivery_id", type=int)
+@click.argument("delivery_id", type=ID)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
@@ -155,11 +192,11 @@ def _progress(total: int) -> None:
 
 
 def _bulk(action: str) -> Callable[..., None]:
-    @click.argument("ids", nargs=-1, type=int)
+    @click.argument("ids", nargs=-1, type=ID)
     @_filters
     @click.option("--all", "everything", is_flag=True, help="Every dead delivery.")
     @click.option("--dry-run", is_flag=True, help="Count, change nothing.")
-    @click.option("--batch-size", default=1000, show_default=True)
+    @click.option("--batch-size", default=1000, show_default=True, type=COUNT)
     @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
     @click.pass_obj
     def command(
@@ -174,11 +211,12 @@ def _bulk(action: str) -> Callable[..., None]:
         yes: bool,
     ) -> None:
         flt = _make_filter(ids, subscription, event_type, since, everything)
-        if action == "purge" and not (dry_run or yes):
-            click.confirm("Delete the matching dead deliveries and their history?", abort=True)
 
         async def go() -> int:
             async with obj.bus() as bus:
+                await check_names(bus, flt)
+                if action == "purge" and not (dry_run or yes):
+                    await anyio.to_thread.run_sync(_confirm_purge)
                 if dry_run:
                     return await _count_matching(bus, flt, batch_size)
                 apply = bus.replay if action == "replay" else bus.purge
@@ -196,6 +234,10 @@ def _bulk(action: str) -> Callable[..., None]:
         "purge": "Delete dead deliveries and their attempt history.",
     }[action]
     return command
+
+
+def _confirm_purge() -> None:
+    click.confirm("Delete the matching dead deliveries and their history?", abort=True)
 
 
 dlq.command("replay")(_bulk("replay"))

@@ -14,7 +14,7 @@ import msgspec
 from ..bus import Bus
 from ..retention import PruneReport, Retention
 from ..types import ChainEvent, StatusReport
-from ._common import Obj, enc_hook, run
+from ._common import COUNT, ID, Obj, enc_hook, run
 
 __all__ = ["metrics_options", "print_status", "prune", "start_metrics", "trace"]
 
@@ -89,9 +89,9 @@ def chain_lines(root: ChainEvent) -> list[str]:
 
 
 @click.command()
-@click.argument("event_id", type=click.IntRange(min=1))
+@click.argument("event_id", type=ID)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1), help="Most events.")
+@click.option("--limit", default=1000, show_default=True, type=COUNT, help="Most events.")
 @click.pass_obj
 def trace(obj: Obj, event_id: int, as_json: bool, limit: int) -> None:
     """The causation tree of EVENT_ID's chain: each event and each delivery's outcome."""
@@ -178,6 +178,8 @@ def print_status(report: StatusReport) -> None:
     """The text form of ``eventbus status``."""
     click.echo(f"events: {report.events}")
     click.echo(f"oldest runnable pending: {_age(report.oldest_pending_seconds)}")
+    if report.replica_lag_seconds is not None:
+        click.echo(f"counts read from a replica, {report.replica_lag_seconds:.1f}s behind the primary")
     click.echo(f"{'EVENT TYPE':<32} {'EVENTS':>9} {'SUBSCRIPTIONS':>13}")
     for t in report.event_types:
         count = f"{t.events}+" if t.events_capped else str(t.events)
@@ -200,9 +202,10 @@ def print_status(report: StatusReport) -> None:
         click.echo(f"{r.event_type:<28} {r.subscription:<28} {r.status:<11} {r.count:>8}")
     for w in report.workers:
         listener = "ok" if w.listener_ok else "DOWN"
+        lost = f" LOST: {w.rescued} deliveries taken back" if w.rescued else ""
         click.echo(
             f"worker {w.id} {w.hostname}:{w.pid} listener {listener} "
-            f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s"
+            f"reconnects {w.listener_reconnects} silent {w.silent_seconds:.0f}s{lost}"
         )
     _print_storage(report)
 

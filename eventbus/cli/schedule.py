@@ -16,7 +16,7 @@ import msgspec
 
 from ..bus import Bus
 from ..types import OccurrenceInfo, ScheduleInfo
-from ._common import Obj, enc_hook, run
+from ._common import COUNT, Obj, enc_hook, run
 
 __all__ = ["schedule"]
 
@@ -75,7 +75,7 @@ def list_(obj: Obj, as_json: bool) -> None:
 
 @schedule.command()
 @click.argument("name")
-@click.option("--limit", default=20, show_default=True, help="Occurrences shown, newest first.")
+@click.option("--limit", default=20, show_default=True, type=COUNT, help="Occurrences shown, newest first.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def show(obj: Obj, name: str, limit: int, as_json: bool) -> None:
@@ -138,7 +138,15 @@ def trigger(obj: Obj, name: str) -> None:
 def backfill(obj: Obj, name: str, start: str, end: str) -> None:
     """Fire the occurrences of NAME in a past window, each at most once."""
     window = _when(start, "--from"), _when(end, "--to")
-    times = _on_bus(obj, lambda bus: bus.schedules.backfill(name, *window))
+
+    async def go(bus: Bus) -> list[datetime]:
+        try:
+            return await bus.schedules.backfill(name, *window)
+        except OverflowError as exc:  # an occurrence before the year 1 or after 9999
+            message = "the window reaches past the dates Python can hold"
+            raise click.BadParameter(message, param_hint="--from/--to") from exc
+
+    times = _on_bus(obj, go)
     click.echo(f"requested {len(times)} occurrence(s) of {name}")
 
 

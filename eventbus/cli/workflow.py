@@ -7,15 +7,17 @@ for its machine definitions; writes are guarded and audited in the history.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import click
 import msgspec
 
 from ..bus import Bus
 from ..errors import ConfigurationError
+from ..types import WorkflowStatus
+from ..workflows import Instance
 from ..workflows import diagram as render_diagram
-from ._common import Obj, enc_hook, load_app, run
+from ._common import COUNT, ID, SECONDS, Obj, enc_hook, load_app, run
 
 __all__ = ["workflow"]
 
@@ -48,17 +50,33 @@ def workflow(ctx: click.Context, app: str | None) -> None:
     ctx.obj = _WorkflowObj(ctx.obj, app)
 
 
+async def _check_state(bus: Bus, machine: str, state: str) -> None:
+    """Refuse a state MACHINE neither declares nor has instances in (a typo would list nothing)."""
+    m = bus.workflows.machine(machine)
+    if state in m.states:
+        return
+    if any(found == state for found, _ in await bus.workflows.counts(m)):
+        return  # a state gone from the table that instances are still in
+    declared = ", ".join(sorted(m.states))
+    message = f"machine {m.name!r} has no state {state!r} (it has: {declared})"
+    raise click.BadParameter(message, param_hint="--state")
+
+
 @workflow.command("list")
 @click.argument("machine")
-@click.option("--status", help="Only instances in this status.")
+@click.option("--status", type=click.Choice(get_args(WorkflowStatus)), help="Only instances in this status.")
 @click.option("--state", help="Only instances in this state.")
-@click.option("--limit", default=1000, show_default=True)
+@click.option("--limit", default=1000, show_default=True, type=COUNT)
 @click.pass_obj
 def list_(obj: _WorkflowObj, machine: str, status: str | None, state: str | None, limit: int) -> None:
     """Instances of MACHINE, by key."""
-    rows = _with_bus(
-        obj, lambda bus: bus.workflows.instances(machine, status=status, state=state, limit=limit)
-    )
+
+    async def go(bus: Bus) -> list[Instance[Any]]:
+        if state is not None:
+            await _check_state(bus, machine, state)
+        return await bus.workflows.instances(machine, status=status, state=state, limit=limit)
+
+    rows = _with_bus(obj, go)
     click.echo(f"{'KEY':<24} {'STATE':<20} {'STATUS':<17} {'RUN':>4} {'VERSION':>8}  NEXT RUN")
     for i in rows:
         next_run = i.next_run_at.isoformat(timespec="seconds") if i.next_run_at else "-"
@@ -169,7 +187,7 @@ def resolve(obj: _WorkflowObj, machine: str, key: str, outcome: str, by: str, re
 
 def _decision(name: str, doc: str) -> None:
     @workflow.command(name, help=doc)
-    @click.argument("approval_id", type=int)
+    @click.argument("approval_id", type=ID)
     @click.option("--by", required=True, help="Who decides.")
     @click.option("--reason", help="Why.")
     @click.pass_obj
@@ -225,7 +243,7 @@ def check(obj: _WorkflowObj, machines: tuple[str, ...]) -> None:
 
 @workflow.command()
 @click.argument("machine", required=False)
-@click.option("--grace", type=float, help="Seconds overdue before a step counts as lost.")
+@click.option("--grace", type=SECONDS, help="Seconds overdue before a step counts as lost.")
 @click.pass_obj
 def sweep(obj: _WorkflowObj, machine: str | None, grace: float | None) -> None:
     """Re-publish a step for instances whose tick was lost (this also runs by itself)."""

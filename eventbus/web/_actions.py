@@ -1,7 +1,9 @@
-"""The actions: each a same-origin POST with the token, logged with who and what.
+"""The actions: each a same-origin POST from an unlocked session, logged with who and what.
 
 Dead-letter replay and purge go through a confirmation page first, which
-shows how many deliveries the action would touch.
+shows how many deliveries the action would touch. Each action redirects back
+with a flash code (``?flash=replay&n=3``): a page shows only the messages it
+knows, never text from the address.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from starlette.routing import Route
 from ..errors import ConfigurationError
 from ..types import DeliveryFilter
 from . import _filters as f
-from ._guard import COOKIE, Refused, actor, log, read_form, same_origin
+from ._guard import COOKIE, Refused, actor, client_of, log, operator_name, read_form, same_origin
 from ._render import Pages, capped
 
 __all__ = ["routes"]
@@ -30,49 +32,84 @@ def routes(p: Pages) -> list[Route]:
     def guarded(action: Action) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             form = await read_form(request)
-            p.guard.check(request, form)
+            request.state.operator = p.guard.check(request, form)
             return await action(request, form)
 
         return endpoint
 
     return [
         Route("/unlock", unlock(p), methods=["POST"]),
+        Route("/lock", lock(p), methods=["POST"]),
         Route("/dead/action", guarded(dead_action(p)), methods=["POST"]),
         Route("/deliveries/cancel", guarded(cancel_action(p)), methods=["POST"]),
-        Route("/subscriptions/{name}/{op}", guarded(subscription_action(p)), methods=["POST"]),
-        Route("/approvals/{approval_id:int}/{op}", guarded(approval_action(p)), methods=["POST"]),
+        # Names may hold "/": the action is the last segment.
+        Route("/subscriptions/{name:path}/{op}", guarded(subscription_action(p)), methods=["POST"]),
+        Route("/approvals/{approval_id}/{op}", guarded(approval_action(p)), methods=["POST"]),
         Route("/machines/{name}/instances/{key:path}/{op}", guarded(instance_action(p)), methods=["POST"]),
-        Route("/schedules/{name}/{op}", guarded(schedule_action(p)), methods=["POST"]),
+        Route("/schedules/{name:path}/{op}", guarded(schedule_action(p)), methods=["POST"]),
     ]
 
 
-def _back(request: Request, to: str, flash: str) -> RedirectResponse:
+def _back(request: Request, to: str, flash: str, **numbers: int) -> RedirectResponse:
+    """Back to ``to`` with the flash code ``flash`` (see ``_render.FLASHES``) and its numbers."""
     base = request.scope.get("root_path", "").rstrip("/")
     sep = "&" if "?" in to else "?"
-    return RedirectResponse(f"{base}{to}{sep}{urllib.parse.urlencode({'flash': flash})}", status_code=303)
+    query = urllib.parse.urlencode({"flash": flash, **numbers})
+    return RedirectResponse(f"{base}{to}{sep}{query}", status_code=303)
 
 
-def _did(request: Request, what: str, result: object) -> None:
+def _did(request: Request, what: str, result: object, operator: str | None = None) -> None:
     log.info(
-        "%s (%s): %s -> %s", actor(request), request.client.host if request.client else "?", what, result
-    )
+        "dashboard action by %s (%s): %s -> %s",
+        operator or actor(request), client_of(request), what, result,
+        extra={"operator": operator or actor(request), "client": client_of(request)},
+    )  # fmt: skip
 
 
 def unlock(p: Pages) -> Callable[[Request], Awaitable[Response]]:
-    """Remember a valid token in a same-site cookie, so this browser's forms carry it."""
+    """Open a session for a valid token and the operator's name (a signed, same-site cookie)."""
 
     async def endpoint(request: Request) -> Response:
+        if p.guard.read_only:
+            raise Refused(403, "the dashboard is read-only: there is nothing to unlock")
+        if not same_origin(request):
+            raise Refused(403, "cross-origin request refused")
+        p.guard.throttle(request)
         form = await read_form(request)
         given = form.get("token")
-        if p.guard.read_only or not same_origin(request) or not p.guard.valid(str(given or "")):
-            raise Refused(403, "wrong token, or the dashboard is read-only")
-        response = _back(request, "/", "actions unlocked")
-        root = request.scope.get("root_path", "") or "/"
-        response.set_cookie(COOKIE, str(given), httponly=True, samesite="strict", path=root)
-        _did(request, "unlock", "ok")
+        if not p.guard.valid(given if isinstance(given, str) else None):
+            p.guard.failed(request)
+            _did(request, "unlock", "wrong token", operator="?")
+            raise Refused(403, "wrong token")
+        operator = operator_name(form.get("operator"), p.guard.operator)
+        response = _back(request, "/", "unlocked")
+        value = p.guard.open_session(operator)
+        response.set_cookie(COOKIE, value, path=_cookie_path(request), httponly=True, samesite="strict")
+        _did(request, "unlock", "ok", operator=operator)
         return response
 
     return endpoint
+
+
+def lock(p: Pages) -> Callable[[Request], Awaitable[Response]]:
+    """End this browser's session: its forms no longer act until it unlocks again."""
+
+    async def endpoint(request: Request) -> Response:
+        if not same_origin(request):
+            raise Refused(403, "cross-origin request refused")
+        session = p.guard.session(request)
+        response = _back(request, "/", "locked")
+        response.delete_cookie(COOKIE, path=_cookie_path(request), httponly=True, samesite="strict")
+        if session is not None:
+            _did(request, "lock", "ok", operator=session.operator)
+        return response
+
+    return endpoint
+
+
+def _cookie_path(request: Request) -> str:
+    """The session cookie is sent to the dashboard's own paths only (those it is mounted under)."""
+    return str(request.scope.get("root_path", "") or "/")
 
 
 def _ticked(form: FormData, what: str) -> list[int]:
@@ -100,9 +137,7 @@ def cancel_action(p: Pages) -> Action:
         ids = _ticked(form, "pending deliveries")
         done = await p.bus.cancel(ids)
         _did(request, f"cancel deliveries {ids}", done)
-        return _back(
-            request, "/deliveries?status=pending", f"cancelled {done} of {len(ids)} (pending ones only)"
-        )
+        return _back(request, "/deliveries?status=pending", "cancelled", n=done, of=len(ids))
 
     return action
 
@@ -117,9 +152,7 @@ def dead_action(p: Pages) -> Action:
             return await _confirm(p, request, form, str(op), flt)
         done = await (p.bus.replay(flt) if op == "replay" else p.bus.purge(flt))
         _did(request, f"dead letters {op} {_describe(flt)}", done)
-        query = f.query_of(form, f.DEAD_FIELDS)
-        to = "/dead" + ("?" + urllib.parse.urlencode(query) if query else "")
-        return _back(request, to, f"{op}: {done} dead letter(s)")
+        return _back(request, _dead_page(form), str(op), n=done)
 
     return action
 
@@ -131,10 +164,17 @@ async def _confirm(p: Pages, request: Request, form: FormData, op: str, flt: Del
     else:
         count = await p.bus.count_deliveries(flt, cap=p.count_cap)
         shown = capped(count, p.count_cap)
-    hidden = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm", "token")]
+    hidden = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm", "token", "csrf")]
     return p.render(
-        request, "confirm.html", op=op, shown=shown, count=count, what=_describe(flt), hidden=hidden
-    )
+        request, "confirm.html", op=op, shown=shown, count=count, what=_describe(flt), hidden=hidden,
+        back=_dead_page(form),
+    )  # fmt: skip
+
+
+def _dead_page(form: FormData) -> str:
+    """The dead-letter page with the filter of ``form``, to go back to."""
+    query = f.query_of(form, f.DEAD_FIELDS)
+    return "/dead" + ("?" + urllib.parse.urlencode(query) if query else "")
 
 
 def _describe(flt: DeliveryFilter) -> str:
@@ -155,14 +195,14 @@ def subscription_action(p: Pages) -> Action:
         else:
             raise ConfigurationError(f"unknown subscription action {op!r}")
         _did(request, f"subscription {name} {op}", done)
-        return _back(request, "/", f"{op} {name}: {'done' if done else 'nothing to do'}")
+        return _back(request, "/", f"subscription-{op}" if done else "unchanged")
 
     return action
 
 
 def approval_action(p: Pages) -> Action:
     async def action(request: Request, form: FormData) -> Response:
-        approval_id, op = request.path_params["approval_id"], request.path_params["op"]
+        approval_id, op = f.path_id(request.path_params["approval_id"], "approval"), request.path_params["op"]
         reason = str(form.get("reason") or "") or None
         if op not in ("approve", "deny"):
             raise ConfigurationError(f"unknown approval action {op!r}")
@@ -170,7 +210,9 @@ def approval_action(p: Pages) -> Action:
         row = await decide(approval_id, by=actor(request), reason=reason)
         _did(request, f"approval {approval_id} {op} ({row.machine}/{row.key})", row.status)
         to = f"/machines/{row.machine}/instances/{urllib.parse.quote(row.key)}"
-        return _back(request, to, f"approval {approval_id}: {row.status}")
+        return _back(
+            request, to, row.status if row.status in ("approved", "denied") else "decided", n=approval_id
+        )
 
     return action
 
@@ -197,9 +239,10 @@ def instance_action(p: Pages) -> Action:
             done = await operate(name, key, by=by, reason=reason or None)
         else:
             raise ConfigurationError(f"unknown instance action {op!r}")
-        _did(request, f"instance {name}/{key} {op} {dict(form.items()) | {'token': '…'}}", done)
+        fields = {k: v for k, v in form.items() if k not in ("token", "csrf")}
+        _did(request, f"instance {name}/{key} {op} {fields}", done)
         return _back(
-            request, f"/machines/{name}/instances/{urllib.parse.quote(key)}", f"{op}: version {done}"
+            request, f"/machines/{name}/instances/{urllib.parse.quote(key)}", f"instance-{op}", n=done
         )
 
     return action
@@ -215,10 +258,10 @@ def schedule_action(p: Pages) -> Action:
             await p.bus.schedules.resume(name)
             done = "resumed"
         elif op == "trigger":
-            done = f"requested for {await p.bus.schedules.trigger(name):%Y-%m-%d %H:%M:%S}"
+            done = f"requested for {await p.bus.schedules.trigger(name):%Y-%m-%d %H:%M:%S} UTC"
         else:
             raise ConfigurationError(f"unknown schedule action {op!r}")
         _did(request, f"schedule {name} {op}", done)
-        return _back(request, f"/schedules/{urllib.parse.quote(name)}", f"{name}: {done}")
+        return _back(request, f"/schedules/{urllib.parse.quote(name)}", f"schedule-{op}")
 
     return action

@@ -3,24 +3,38 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..bus import Bus
+from ..bus import MAX_INSPECT_ROWS, Bus
 from ..errors import ConfigurationError, EventBusError, NotFound
 from . import _actions, _live, _pages
 from ._guard import Guard, Refused
 from ._render import Pages
 
-__all__ = ["DEFAULT_PORT", "create_app"]
+__all__ = ["DEFAULT_PORT", "LOOPBACK_HOSTS", "create_app"]
 
 DEFAULT_PORT = 8700
 """The port ``eventbus dashboard`` listens on unless ``--port`` says otherwise."""
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+"""The ``Host`` names accepted unless ``allowed_hosts`` says otherwise."""
+SECURITY_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+     b"base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]  # fmt: skip
+"""Sent with every response: no framing, no inline or foreign script, no sniffing, no referrer outside."""
 Handler = Callable[[Request, Exception], Awaitable[HTMLResponse]]
 
 
@@ -34,6 +48,8 @@ def create_app(
     page_size: int = 50,
     count_cap: int = 10_000,
     close_bus: bool = False,
+    operator: str | None = None,
+    allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
 ) -> Starlette:
     """The dashboard of ``bus`` as an ASGI application.
 
@@ -42,16 +58,27 @@ def create_app(
     :param trace_url: a link template for an event's trace id, e.g.
         ``https://traces.example/trace/{trace_id}``.
     :param live_interval: seconds between the looks at the status behind the live updates.
-    :param page_size: rows per page of the lists (at most 1000).
+    :param page_size: rows per page of the lists (at most 999: a page reads one row more).
     :param count_cap: counts stop there and show as ``10,000+``, so pages stay fast on big tables.
     :param close_bus: close ``bus`` when the application shuts down.
+    :param operator: the name actions are recorded under when the operator
+        gives none at unlock (and for scripts sending the token).
+    :param allowed_hosts: the ``Host`` names requests may carry (others get
+        400), so a page of another site cannot reach the dashboard by DNS
+        rebinding; ``*.example.com`` matches subdomains, ``["*"]`` any host
+        (when the service it is mounted in checks hosts itself).
     """
     if live_interval <= 0:
         raise ConfigurationError(f"live_interval must be positive, got {live_interval}")
-    if not 1 <= page_size <= 1000 or count_cap < 1:
-        raise ConfigurationError("page_size must be 1 to 1000 and count_cap at least 1")
+    if not 1 <= page_size < MAX_INSPECT_ROWS or count_cap < 1:
+        raise ConfigurationError(f"page_size must be 1 to {MAX_INSPECT_ROWS - 1} and count_cap at least 1")
     pages = Pages(
-        bus, Guard(token), title=title, trace_url=trace_url, page_size=page_size, count_cap=count_cap
+        bus,
+        Guard(token, operator),
+        title=title,
+        trace_url=trace_url,
+        page_size=page_size,
+        count_cap=count_cap,
     )
 
     @contextlib.asynccontextmanager
@@ -73,7 +100,30 @@ def create_app(
         NotFound: _not_found(pages),
         EventBusError: _failed(pages),
     }
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    middleware = [
+        Middleware(SecurityHeaders),
+        Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers, middleware=middleware)
+
+
+class SecurityHeaders:
+    """Adds :data:`SECURITY_HEADERS` to every HTTP response (a pure ASGI middleware: streams pass through)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _refused(pages: Pages) -> Handler:

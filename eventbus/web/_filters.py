@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, NotFound
 from ..types import DeliveryFilter, DeliveryStatus
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "dead_filter",
     "delivery_filter",
     "int_field",
+    "path_id",
     "query_of",
     "text_field",
 ]
@@ -24,6 +25,8 @@ DELIVERY_FIELDS = (
     "since", "until", "payload_path", "payload_value",
 )  # fmt: skip
 DEAD_FIELDS = ("subscription", "event_type", "since")
+MAX_ID = 2**63 - 1
+"""The largest id either backend stores (a signed 64-bit integer)."""
 
 
 def text_field(values: Mapping[str, Any], name: str) -> str | None:
@@ -36,9 +39,23 @@ def int_field(values: Mapping[str, Any], name: str) -> int | None:
     if text is None:
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise ConfigurationError(f"{name} must be a whole number, got {text!r}") from None
+    if not 0 <= value <= MAX_ID:
+        raise ConfigurationError(f"{name} must be a whole number from 0 to {MAX_ID}, got {text!r}")
+    return value
+
+
+def path_id(text: str, what: str) -> int:
+    """An id from the path; one that cannot exist (not a number, out of range) is :class:`NotFound`."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 < value <= MAX_ID:
+        raise NotFound(f"no such {what}: {text[:40]!r}")
+    return value
 
 
 def _time(values: Mapping[str, Any], name: str) -> datetime | None:

@@ -1,19 +1,40 @@
-"""Who may act: read-only without a token; with one, same-origin POSTs carrying it."""
+"""Who may act: read-only without a token; with one, same-origin POSTs from an unlocked session.
+
+Unlocking with the token (and a name) opens a session: a cookie signed with
+the token that carries the operator's name, and a per-session value the
+forms post back (never the token itself). Scripts may instead send the token
+in the ``X-Dashboard-Token`` header or a ``token`` form field. Every action is
+logged under :data:`ACTION_LOG` with the operator and the client's address.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import collections
+import hashlib
 import hmac
 import logging
+import secrets
+import time
 import urllib.parse
+from typing import NamedTuple
 
 from starlette.datastructures import FormData, UploadFile
 from starlette.requests import Request
 
-__all__ = ["COOKIE", "Guard", "log", "read_form"]
+__all__ = ["ACTION_LOG", "COOKIE", "Guard", "Session", "actor", "log", "read_form"]
 
-COOKIE = "eventbus_dashboard_token"
+COOKIE = "eventbus_dashboard_session"
+ACTION_LOG = "eventbus.web.actions"
+"""The logger of every action (who, from where, what, with what result), at INFO."""
 MAX_FORM_BYTES = 256 * 1024
-log = logging.getLogger("eventbus.web")
+MAX_OPERATOR_CHARS = 64
+UNLOCK_TRIES = 5
+"""Wrong tokens one client may give per :data:`UNLOCK_WINDOW_SECONDS` before unlocking is refused."""
+UNLOCK_WINDOW_SECONDS = 60.0
+_CLIENTS_KEPT = 10_000
+log = logging.getLogger(ACTION_LOG)
 
 
 class Refused(Exception):
@@ -25,11 +46,42 @@ class Refused(Exception):
         self.message = message
 
 
-class Guard:
-    """``token=None`` makes the dashboard read-only: every action is refused."""
+class Session(NamedTuple):
+    """An unlocked browser: who it is, and the value its forms carry."""
 
-    def __init__(self, token: str | None) -> None:
+    operator: str
+    csrf: str
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def _unb64(text: str) -> str:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode()
+
+
+def operator_name(given: object, default: str | None) -> str:
+    """The name an operator unlocks with (``default`` when none is given), checked."""
+    name = (given.strip() if isinstance(given, str) else "") or (default or "")
+    if not name:
+        raise Refused(400, "give your name to unlock: actions are recorded under it")
+    if len(name) > MAX_OPERATOR_CHARS or not name.isprintable():
+        raise Refused(400, f"a name is 1 to {MAX_OPERATOR_CHARS} printable characters")
+    return name
+
+
+class Guard:
+    """``token=None`` makes the dashboard read-only: every action is refused.
+
+    :param operator: the name actions are recorded under when none is given
+        at unlock, and for scripts that send the token.
+    """
+
+    def __init__(self, token: str | None, operator: str | None = None) -> None:
         self.token = token or None
+        self.operator = operator or None
+        self._failures: collections.OrderedDict[str, list[float]] = collections.OrderedDict()
 
     @property
     def read_only(self) -> bool:
@@ -38,20 +90,60 @@ class Guard:
     def valid(self, given: str | None) -> bool:
         return self.token is not None and given is not None and hmac.compare_digest(given, self.token)
 
-    def session_token(self, request: Request) -> str | None:
-        """The token of an unlocked browser (its cookie), to render into the forms it posts."""
-        given = request.cookies.get(COOKIE)
-        return given if self.valid(given) else None
+    def _mac(self, purpose: str, *parts: str) -> str:
+        assert self.token is not None
+        message = ":".join((purpose, *parts)).encode()
+        return hmac.new(self.token.encode(), message, hashlib.sha256).hexdigest()
 
-    def check(self, request: Request, form: FormData) -> None:
-        """Refuse unless writable, same-origin, and the token is in the form or a header."""
+    def open_session(self, operator: str) -> str:
+        """The cookie value of a new session for ``operator``, signed with the token."""
+        nonce, name = secrets.token_urlsafe(16), _b64(operator)
+        return f"{nonce}.{name}.{self._mac('session', nonce, name)}"
+
+    def session(self, request: Request) -> Session | None:
+        """The session of an unlocked browser (its cookie, if the token signed it), else None."""
+        value = request.cookies.get(COOKIE, "")
+        if self.token is None or value.count(".") != 2:
+            return None
+        nonce, name, mac = value.split(".")
+        if not hmac.compare_digest(mac, self._mac("session", nonce, name)):
+            return None
+        try:
+            operator = _unb64(name)
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+        return Session(operator, self._mac("csrf", nonce)[:32])
+
+    def check(self, request: Request, form: FormData) -> str:
+        """The operator acting, or :class:`Refused`: writable, same-origin, and a session or the token."""
         if self.read_only:
             raise Refused(403, "the dashboard is read-only: start it with a token to allow actions")
         if not same_origin(request):
             raise Refused(403, "cross-origin request refused")
+        session = self.session(request)
+        csrf = form.get("csrf")
+        if session is not None and isinstance(csrf, str) and hmac.compare_digest(csrf, session.csrf):
+            return session.operator
         given = form.get("token") or request.headers.get("x-dashboard-token")
-        if not self.valid(given if isinstance(given, str) else None):
-            raise Refused(403, "missing or wrong dashboard token")
+        if self.valid(given if isinstance(given, str) else None):
+            return self.operator or "dashboard"
+        raise Refused(403, "unlock this browser with the token first (or the session has ended)")
+
+    def throttle(self, request: Request) -> None:
+        """Refuse an unlock from a client that gave :data:`UNLOCK_TRIES` wrong tokens within the window."""
+        now = time.monotonic()
+        recent = [t for t in self._failures.get(client_of(request), []) if now - t < UNLOCK_WINDOW_SECONDS]
+        if len(recent) >= UNLOCK_TRIES:
+            raise Refused(429, "too many wrong tokens: wait a minute before trying again")
+
+    def failed(self, request: Request) -> None:
+        """Count a wrong token against its client (the oldest clients are forgotten past a bound)."""
+        client = client_of(request)
+        self._failures.setdefault(client, []).append(time.monotonic())
+        self._failures.move_to_end(client)
+        self._failures[client] = self._failures[client][-UNLOCK_TRIES:]
+        while len(self._failures) > _CLIENTS_KEPT:
+            self._failures.popitem(last=False)
 
 
 async def read_form(request: Request) -> FormData:
@@ -79,7 +171,11 @@ def same_origin(request: Request) -> bool:
     return parts.scheme in ("http", "https") and parts.netloc == host
 
 
+def client_of(request: Request) -> str:
+    """The client's address: the peer, or what a configured trusted proxy forwarded."""
+    return request.client.host if request.client else "?"
+
+
 def actor(request: Request) -> str:
-    """Who acted, for the log and the workflow audit trail: the remote address."""
-    client = request.client
-    return f"dashboard@{client.host}" if client else "dashboard"
+    """Who acted, for the log and the workflow audit trail: the operator the guard let through."""
+    return str(request.state.operator)

@@ -9,6 +9,7 @@ stream ends after ``max_seconds`` (the browser's EventSource reconnects).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -16,10 +17,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..errors import EventBusError
-from ._render import Pages
+from ..errors import ConfigurationError, EventBusError
+from ._render import STALE_WORKER_SECONDS, Pages
 
-__all__ = ["endpoint"]
+__all__ = ["endpoint", "stream_seconds"]
 
 MAX_STREAM_SECONDS = 300.0
 
@@ -27,7 +28,8 @@ MAX_STREAM_SECONDS = 300.0
 async def fingerprint(p: Pages) -> str:
     report = await p.bus.status()
     state = [report.events, sorted((r.subscription, r.status, r.count) for r in report.rows)]
-    state.append(sorted((w.id, w.listener_ok) for w in report.workers))
+    gone = {w.id for w in report.workers if w.silent_seconds > STALE_WORKER_SECONDS}
+    state.append(sorted((w.id, w.listener_ok, w.id in gone) for w in report.workers))
     return hashlib.sha256(msgspec.json.encode(state)).hexdigest()[:16]
 
 
@@ -49,14 +51,26 @@ async def stream(p: Pages, interval: float, max_seconds: float) -> AsyncIterator
             await anyio.sleep(interval)
 
 
+def stream_seconds(given: str | None) -> float:
+    """How long a stream may run: ``given`` seconds, at most :data:`MAX_STREAM_SECONDS`.
+
+    Anything but a number from 0 up (``nan``, ``-1``, ``soon``) is a
+    :class:`~eventbus.errors.ConfigurationError`, shown as a 400.
+    """
+    if given is None:
+        return MAX_STREAM_SECONDS
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0:  # NaN compares false
+        raise ConfigurationError(f"max_seconds must be a number of seconds from 0 up, got {given[:40]!r}")
+    return min(seconds, MAX_STREAM_SECONDS)
+
+
 def endpoint(p: Pages, interval: float) -> Callable[[Request], Awaitable[Response]]:
     async def live(request: Request) -> Response:
-        try:
-            max_seconds = min(
-                float(request.query_params.get("max_seconds", MAX_STREAM_SECONDS)), MAX_STREAM_SECONDS
-            )
-        except ValueError:
-            max_seconds = MAX_STREAM_SECONDS
+        max_seconds = stream_seconds(request.query_params.get("max_seconds"))
         headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
         return StreamingResponse(
             stream(p, interval, max_seconds), media_type="text/event-stream", headers=headers

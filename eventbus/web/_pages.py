@@ -11,16 +11,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..errors import NotFound
-from ..types import ChainEvent, StatusReport, trace_id_of
+from ..types import ChainEvent, DeliveryFilter, DeliveryRow, StatusReport, trace_id_of
 from ..workflows import diagram
 from . import _filters as f
-from ._render import Pages, capped, pretty_json
+from ._render import STALE_WORKER_SECONDS, Pages, capped, pretty_json
 
 __all__ = ["routes"]
 
 CHAIN_LIMIT = 200
 """The events of a chain an event page shows at most."""
+PAYLOAD_SHOWN_BYTES = 64 * 1024
+"""An event page shows this much of a payload; the rest is a download away."""
 
 
 def routes(p: Pages) -> list[Route]:
@@ -29,43 +30,43 @@ def routes(p: Pages) -> list[Route]:
 
     async def deliveries(request: Request) -> Response:
         q = request.query_params
-        flt = f.delivery_filter(q)
-        before = f.int_field(q, "before")
-        rows = await p.bus.find_deliveries(flt, limit=p.page_size, before_id=before)
-        count = await p.bus.count_deliveries(flt, cap=p.count_cap)
-        query = f.query_of(q, f.DELIVERY_FIELDS)
-        more = urllib.parse.urlencode({**query, "before": rows[-1].id}) if len(rows) == p.page_size else None
+        page = await listing(
+            p, f.delivery_filter(q), f.query_of(q, f.DELIVERY_FIELDS), f.int_field(q, "before")
+        )
         return p.render(
-            request, "deliveries.html", rows=rows, count=capped(count, p.count_cap), query=query,
-            more=more, statuses=f.STATUSES, subscriptions=await _names(p),
-        )  # fmt: skip
+            request, "deliveries.html", **page, statuses=f.STATUSES, subscriptions=await _names(p)
+        )
 
     async def event(request: Request) -> Response:
-        event_id = _path_int(request, "event_id")
+        event_id = f.path_id(request.path_params["event_id"], "event")
         view = await p.bus.event(event_id)
         tree = flatten(await p.bus.trace(event_id, limit=CHAIN_LIMIT))
+        shown = view.payload[:PAYLOAD_SHOWN_BYTES]
         return p.render(
-            request, "event.html", event=view, payload=pretty_json(view.payload), headers=dict(view.headers),
-            tree=tree, trace=_trace_link(p.trace_url, trace_id_of(dict(view.headers))),
+            request, "event.html", event=view, headers=dict(view.headers), tree=tree,
+            payload=pretty_json(shown) if shown == view.payload else shown.decode("utf-8", "replace"),
+            payload_bytes=len(view.payload), payload_cut=len(shown) < len(view.payload),
+            trace=_trace_link(p.trace_url, trace_id_of(dict(view.headers))),
         )  # fmt: skip
+
+    async def payload(request: Request) -> Response:
+        """The payload's bytes as stored, as a download (never rendered by the browser)."""
+        event_id = f.path_id(request.path_params["event_id"], "event")
+        view = await p.bus.event(event_id)
+        disposition = f'attachment; filename="event-{event_id}-payload.json"'
+        return Response(view.payload, media_type="application/octet-stream",
+                        headers={"Content-Disposition": disposition})  # fmt: skip
 
     async def dead(request: Request) -> Response:
         q = request.query_params
-        flt = f.dead_filter(q)
-        before = f.int_field(q, "before")
-        rows = await p.bus.find_deliveries(flt, limit=p.page_size, before_id=before)
-        count = await p.bus.count_deliveries(flt, cap=p.count_cap)
-        query = f.query_of(q, f.DEAD_FIELDS)
-        more = urllib.parse.urlencode({**query, "before": rows[-1].id}) if len(rows) == p.page_size else None
-        return p.render(
-            request, "dead.html", rows=rows, count=capped(count, p.count_cap), query=query, more=more,
-            subscriptions=await _names(p),
-        )  # fmt: skip
+        page = await listing(p, f.dead_filter(q), f.query_of(q, f.DEAD_FIELDS), f.int_field(q, "before"))
+        return p.render(request, "dead.html", **page, subscriptions=await _names(p))
 
     return [
         Route("/", overview),
         Route("/deliveries", deliveries),
         Route("/events/{event_id}", event),
+        Route("/events/{event_id}/payload", payload),
         Route("/dead", dead),
         *machine_routes(p),
         *schedule_routes(p),
@@ -123,12 +124,42 @@ def schedule_routes(p: Pages) -> list[Route]:
     return [Route("/schedules", schedules), Route("/schedules/{name:path}", schedule)]
 
 
+async def listing(p: Pages, flt: DeliveryFilter, query: dict[str, str], before: int | None) -> dict[str, Any]:
+    """One page of a delivery list below the cursor ``before``, its count, and its older and newer links.
+
+    One row more than a page is read, so "older" is offered only when there
+    is one; "newer" leads to the page just above this one.
+    """
+    rows = await p.bus.find_deliveries(flt, limit=p.page_size + 1, before_id=before)
+    older = _link(query, rows[p.page_size - 1].id) if len(rows) > p.page_size else None
+    return {
+        "rows": rows[: p.page_size], "query": query, "more": older,
+        "newer": None if before is None else await _newer(p, flt, query, before),
+        "count": capped(await p.bus.count_deliveries(flt, cap=p.count_cap), p.count_cap),
+    }  # fmt: skip
+
+
+async def _newer(p: Pages, flt: DeliveryFilter, query: dict[str, str], before: int) -> str | None:
+    """The link to the page above the cursor ``before``: none if nothing is there, the first page if less."""
+    above: list[DeliveryRow] = await p.bus.find_deliveries(flt, limit=p.page_size + 1, after_id=before - 1)
+    if not above:
+        return None
+    if len(above) <= p.page_size:
+        return _link(query, None)
+    return _link(query, sorted(r.id for r in above)[p.page_size - 1] + 1)
+
+
+def _link(query: dict[str, str], before: int | None) -> str:
+    return urllib.parse.urlencode(query if before is None else {**query, "before": before})
+
+
 def overview_values(report: StatusReport) -> dict[str, Any]:
     done: Counter[tuple[str, str]] = Counter()
     for row in report.rows:
         done[(row.subscription, row.status)] += row.count
     queues = {q.name: q for q in report.queues}
-    return {"report": report, "done": done, "queues": queues}
+    gone = {w.id for w in report.workers if w.silent_seconds > STALE_WORKER_SECONDS}
+    return {"report": report, "done": done, "queues": queues, "gone": gone}
 
 
 def flatten(root: ChainEvent) -> list[tuple[int, ChainEvent]]:
@@ -147,13 +178,6 @@ def _trace_link(template: str | None, trace: str | None) -> tuple[str, str | Non
     if trace is None:
         return None
     return trace, template.replace("{trace_id}", urllib.parse.quote(trace)) if template else None
-
-
-def _path_int(request: Request, name: str) -> int:
-    try:
-        return int(request.path_params[name])
-    except ValueError:
-        raise NotFound(f"no such {name.replace('_', ' ')}: {request.path_params[name]!r}") from None
 
 
 async def _names(p: Pages) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +14,43 @@ from starlette.responses import HTMLResponse
 from ..bus import Bus
 from ._guard import Guard
 
-__all__ = ["Pages", "capped", "pretty_json"]
+__all__ = ["FLASHES", "STALE_WORKER_SECONDS", "Pages", "capped", "flash_message", "pretty_json"]
+
+STALE_WORKER_SECONDS = 30.0
+"""A worker silent this long (six missed heartbeats) is shown as gone, whatever its listener said."""
+
+FLASHES = {
+    "unlocked": "actions unlocked",
+    "locked": "locked: unlock again to act",
+    "replay": "replay: {n} dead letter(s)",
+    "purge": "purge: {n} dead letter(s)",
+    "cancelled": "cancelled {n} of {of} (pending ones only)",
+    "subscription-pause": "subscription paused",
+    "subscription-resume": "subscription resumed",
+    "unchanged": "nothing to do",
+    "approved": "approval {n}: approved",
+    "denied": "approval {n}: denied",
+    "decided": "approval {n}: decided",
+    "instance-repoint": "repoint: version {n}",
+    "instance-resolve": "resolve: version {n}",
+    "instance-pause": "pause: version {n}",
+    "instance-resume": "resume: version {n}",
+    "instance-cancel": "cancel: version {n}",
+    "schedule-pause": "schedule paused",
+    "schedule-resume": "schedule resumed",
+    "schedule-trigger": "schedule triggered: it fires at the next tick",
+}
+"""The messages an action may leave for the page it returns to, by code (``?flash=replay&n=3``)."""
+
+
+def flash_message(query: Mapping[str, str]) -> str | None:
+    """The message of a known flash code with its numbers; anything else shows nothing."""
+    template = FLASHES.get(query.get("flash", ""))
+    numbers = {k: query.get(k, "") for k in ("n", "of")}
+    counted = {k: int(v) for k, v in numbers.items() if v.isdigit() and len(v) <= 19}
+    if template is None or any(f"{{{k}}}" in template and k not in counted for k in numbers):
+        return None
+    return template.format(**counted)
 
 
 def capped(n: int, cap: int) -> str:
@@ -73,12 +110,15 @@ class Pages:
 
     def render(self, request: Request, template: str, code: int = 200, **values: Any) -> HTMLResponse:
         base = request.scope.get("root_path", "").rstrip("/")
+        session = self.guard.session(request)
         page = self.env.get_template(template).render(
             base=base,
             title=self.title,
             read_only=self.guard.read_only,
-            token=self.guard.session_token(request),
-            flash=request.query_params.get("flash"),
+            csrf=session.csrf if session else None,
+            operator=session.operator if session else None,
+            default_operator=self.guard.operator,
+            flash=flash_message(request.query_params),
             path=request.url.path,
             **values,
         )

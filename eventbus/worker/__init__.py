@@ -35,16 +35,21 @@ from ..observe import DeliveryTracker
 from ..router import Subscription
 from ._claims import ClaimLoop
 from ._execute import Executor
+from ._health import Phase, WorkerHealth, health, serve_health
 from ._results import ResultWriter
 from ._shield import Shield
-from ._upkeep import report_alive, upkeep_services
+from ._upkeep import BEAT_SECONDS, report_alive, upkeep_services
 
 if TYPE_CHECKING:
     from ..bus import Bus
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerHealth", "serve_health"]
 
 log = logging.getLogger("eventbus.worker")
+
+
+_MAX_CONCURRENCY = 10_000
+"""The most handlers a worker runs at once: each is a task started up front, so more would never start."""
 
 
 def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int], **seconds: float) -> None:
@@ -52,6 +57,9 @@ def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int
     for name, count in counts.items():
         if count < 1:
             raise ConfigurationError(f"{name} must be at least 1, got {count}")
+    if counts["concurrency"] > _MAX_CONCURRENCY:
+        too_many = counts["concurrency"]
+        raise ConfigurationError(f"concurrency must be at most {_MAX_CONCURRENCY:,}, got {too_many}")
     for name, interval in seconds.items():
         zero_ok = name == "grace_seconds"
         if not math.isfinite(interval) or interval < 0 or (interval == 0 and not zero_ok):
@@ -63,10 +71,23 @@ def _check_settings(bus: Bus, names: Sequence[str] | None, counts: dict[str, int
         raise ConfigurationError(f"no subscription named {', '.join(unknown)} in this bus (it has: {known})")
 
 
+RESCUE_AFTER_SECONDS = 15.0
+"""A worker silent for three heartbeats is lost (see ``Worker(rescue_after_seconds=…)``)."""
+
+
+def _checked_rescue(seconds: float | None) -> float | None:
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 2 * BEAT_SECONDS):
+        raise ConfigurationError(
+            f"rescue_after_seconds must be at least {2 * BEAT_SECONDS:g} (two heartbeats) or None, "
+            f"got {seconds}"
+        )
+    return seconds
+
+
 class Worker:
     """Runs the handlers of a bus's subscriptions.
 
-    :param concurrency: handlers running at once. Twice ``batch_size`` lets the
+    :param concurrency: handlers running at once (at most 10,000). Twice ``batch_size`` lets the
         next batch be claimed while the last one runs.
     :param batch_size: deliveries claimed per round trip.
     :param poll_interval_seconds: the slow poll that covers lost notifications.
@@ -79,6 +100,15 @@ class Worker:
     :param recovery_interval_seconds: how often this worker looks for expired
         leases of any worker (dead workers' deliveries are retried within about
         their lease plus this interval).
+    :param rescue_after_seconds: a worker whose heartbeat (written about every
+        five seconds by a task of its own, with the database's clock) is older
+        than this is taken for lost, and its processing deliveries go back to
+        pending without waiting for their leases; so is a worker of this host
+        whose process is gone. At least 10 (two heartbeats); None turns it off
+        (then only leases bring dead workers' work back). A worker whose event
+        loop is blocked for this long (a handler doing CPU work without
+        ``anyio.to_thread``) writes no heartbeat and is taken for lost too:
+        its deliveries run again elsewhere, and its own results are refused.
     """
 
     def __init__(
@@ -92,6 +122,7 @@ class Worker:
         grace_seconds: float = 10.0,
         subscriptions: Sequence[str] | None = None,
         recovery_interval_seconds: float = 1.0,
+        rescue_after_seconds: float | None = RESCUE_AFTER_SECONDS,
     ) -> None:
         _check_settings(
             bus,
@@ -110,9 +141,14 @@ class Worker:
         self.burst = burst
         self.grace_seconds = grace_seconds
         self.recovery_interval_seconds = recovery_interval_seconds
+        self.rescue_after_seconds = _checked_rescue(rescue_after_seconds)
         self.names = list(subscriptions) if subscriptions else None
         self.id = str(uuid.uuid4())
         self._stopping = False
+        self.phase: Phase = "starting"
+        """``starting``, ``serving``, ``stopping`` (draining after :meth:`stop`) or ``stopped``."""
+        self.beat_at: float | None = None
+        """When (monotonic) this worker's heartbeat last reached the database."""
         self._grace_over = False  # running handlers outlived the grace period
         self._loop_scope: anyio.CancelScope | None = None
         self._handler_scope: anyio.CancelScope | None = None
@@ -155,6 +191,8 @@ class Worker:
         whatever stays unwritten cover it.
         """
         self._stopping = True
+        if self.phase == "serving":
+            self.phase = "stopping"
         if self._loop_scope is not None:
             self._loop_scope.cancel()
         if now:
@@ -163,9 +201,21 @@ class Worker:
             if self._handler_scope is not None:
                 self._handler_scope.cancel()
 
+    def health(self) -> WorkerHealth:
+        """This worker's liveness and readiness (see :mod:`eventbus.worker._health`); no I/O."""
+        return health(self)
+
     async def run(self) -> None:
         """Serve until :meth:`stop` (or, in burst mode, until nothing is runnable)."""
+        try:
+            await self._run()
+        finally:
+            self.phase = "stopped"
+
+    async def _run(self) -> None:
         await self._register()
+        if not self._stopping:
+            self.phase = "serving"
         async with anyio.create_task_group() as services:
             if not self.burst:
                 services.start_soon(self.wakeups.run, name="wake-up listener")

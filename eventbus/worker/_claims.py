@@ -143,6 +143,8 @@ class ClaimLoop:
         self.wake = WakePlan()
         self.active: dict[int, _Active] = {}
         self._by_type: dict[str, list[int]] = {}
+        self.turned_at = time.monotonic()
+        """When the loop last took a turn (claimed, waited out a poll or retried a failure)."""
 
     def serve(self, subs: Iterable[Subscription], ids: dict[str, int]) -> None:
         """Take on ``subs``, registered under ``ids`` (their database ids by name)."""
@@ -156,6 +158,7 @@ class ClaimLoop:
         dirty: set[int] | None = set(self.active)
         failures = 0
         while dirty is not None and not self.stopping():
+            self.turned_at = time.monotonic()
             try:
                 dirty = await self._step(dirty)
                 failures = 0

@@ -68,9 +68,11 @@ class Executor:
             event = self.decode(sub, delivery)
         except DecodeError as exc:
             return self.failure(sub, delivery, exc, started, dead=True)
-        ctx = Context(delivery, sub.name, self.bus.outgoing)
+        ctx = Context(delivery, sub.name, self.bus.outgoing, self.bus.workflows.prepare)
         try:
             timed_out = await self.call(sub, event, ctx)
+            if ctx.starts and not timed_out:  # so a run's first step fans out, as bus.workflows.start does
+                await self.bus.workflows.ensure_registered([s.machine for s in ctx.starts])
         except Exception as exc:
             return self.failure(sub, delivery, exc, started)
         except anyio.get_cancelled_exc_class() as exc:
@@ -81,7 +83,7 @@ class Executor:
         if timed_out:
             timeout = HandlerTimeout(f"handler ran past its timeout of {sub.timeout_seconds}s")
             return self.failure(sub, delivery, timeout, started)
-        return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups))
+        return Completion(delivery.id, delivery.lease_token, tuple(ctx.follow_ups), tuple(ctx.starts))
 
     async def call(self, sub: Subscription, event: Event, ctx: Context) -> bool:
         """Run the handler (inside the hooks' context); return True when it ran past its timeout."""

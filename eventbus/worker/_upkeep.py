@@ -6,6 +6,10 @@
   backfills whose publishes have settled finished, every
   ``recovery_interval_seconds`` (a cheap partial-index probe);
 - liveness: this worker's row in ``workers``, about every five seconds;
+- worker rescue: every ``recovery_interval_seconds``, the processing
+  deliveries of workers lost for ``rescue_after_seconds`` (no heartbeat by the
+  database's clock, or a process gone from this host) back to pending, before
+  their leases run out;
 - schedule ticks: every worker ticks, no leader. The bus's schedules are
   recorded when the worker starts; each tick claims due schedules in one
   guarded transaction (see :class:`eventbus.backends.base.ScheduleStore`),
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -89,6 +94,7 @@ def upkeep_services(bus: Bus, worker: Worker) -> list[Service]:
     services: list[Service] = [
         renewal,
         Periodic("lease recovery", interval, lambda: _recover_leases(worker)),
+        *_rescue(bus, worker),
         Periodic("liveness", interval * max(1, round(BEAT_SECONDS / interval)), lambda: report_alive(worker)),
         ScheduleTicks(bus),
     ]
@@ -118,6 +124,35 @@ async def _recover_leases(worker: Worker) -> None:
         log.warning("housekeeping failed: %s", exc)
 
 
+def _rescue(bus: Bus, worker: Worker) -> list[Service]:
+    """Taking back the work of lost workers every recovery interval, unless turned off."""
+    after = worker.rescue_after_seconds
+    if after is None:
+        return []
+    return [
+        Periodic("worker rescue", worker.recovery_interval_seconds, lambda: _rescue_lost(bus, worker, after))
+    ]
+
+
+async def _rescue_lost(bus: Bus, worker: Worker, after: float) -> None:
+    """One rescue pass: log and report what was taken back, and wake the claims for it."""
+    try:
+        rescues = await worker.deliveries.rescue(after)
+    except BackendError as exc:
+        log.warning("worker rescue failed: %s", exc)
+        return
+    if not rescues:
+        return
+    for r in rescues:
+        log.warning(
+            "took back %d deliveries of lost worker %s (%s:%s, %s, silent %.0fs)",
+            r.deliveries, r.worker_id, r.hostname, r.pid, r.reason, r.silent_seconds,
+            extra={"outcome": "rescued"},
+        )  # fmt: skip
+    bus.hooks.on_rescue(rescues)
+    worker.wakeups.wake_local({SWEEP})
+
+
 async def report_alive(worker: Worker, *, gone: bool = False) -> None:
     """Write this worker's row (``gone``: that it left); a failure only delays the next report."""
     served = list(worker._claims.active)
@@ -125,6 +160,8 @@ async def report_alive(worker: Worker, *, gone: bool = False) -> None:
         await worker.deliveries.worker_beat(worker.id, gone=gone, subscription_ids=served)
     except BackendError as exc:
         log.debug("worker heartbeat not written: %s", exc)
+        return
+    worker.beat_at = time.monotonic()
 
 
 # Ticks at most this often: schedules due within it share one transaction

@@ -23,6 +23,35 @@ class StepContext:
     next visit. Hand it to external providers as the idempotency key.
     """
 
+    __slots__ = (
+        "_compensations", "_signals", "approval", "attempt", "consumed", "effects", "key", "machine",
+        "op_key", "run_id", "state", "version", "visit",
+    )  # fmt: skip
+
+    machine: str
+    """The machine's name."""
+    key: str
+    """The instance's key."""
+    run_id: int
+    """The run of the instance this visit belongs to (1, then 2 for the next run of the key, …);
+    signals are kept per run: pass it back as ``signal(run_id=…)``."""
+    version: int
+    """The instance's version this visit read: its commit is guarded by it."""
+    state: str
+    """The state being visited (``COMPENSATING`` for a compensation)."""
+    visit: int
+    """Which visit of this state in this run it is, from 1 (what ``max_visits`` caps)."""
+    attempt: int
+    """Which delivery of this visit it is, from 1: above 1 after a crash or a lost lease."""
+    approval: WorkflowApprovalRow | None
+    """The approval this visit runs under (who decided and why), if the state needs one."""
+    op_key: str
+    """``machine/key/run/state/visit``: the idempotency key for providers, the same on every re-run."""
+    consumed: list[int]
+    """Ids of the signals read by this visit, consumed with its transition."""
+    effects: list[WorkflowEffect]
+    """The effects recorded by this visit, committed with its transition."""
+
     def __init__(
         self,
         instance: WorkflowInstance,
@@ -41,7 +70,6 @@ class StepContext:
         self.visit = visit
         self.attempt = attempt
         self.approval = approval
-        """The approval this visit runs under (who decided and why), if the state needs one."""
         self.op_key = f"{instance.machine}/{instance.key}/{instance.run_id}/{state}/{visit}"
         self._signals = signals
         self._compensations = compensations
@@ -65,6 +93,8 @@ class StepContext:
         effects run in reverse order. ``compensate`` must be registered with
         ``@machine.compensation``.
         """
+        if not isinstance(kind, str) or not kind or "\x00" in kind:
+            raise ConfigurationError(f"an effect's kind is a non-empty str without NUL, not {kind!r}")
         name = compensate if isinstance(compensate, str) or compensate is None else compensate.__name__
         if name is not None and name not in self._compensations:
             raise ConfigurationError(f"compensation {name!r} is not registered with @machine.compensation")

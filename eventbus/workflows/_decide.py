@@ -26,10 +26,10 @@ from ..backends.base import (
     WorkflowHistoryEntry,
     WorkflowTransition,
 )
-from ..errors import ConfigurationError, GuardMismatch, UndeclaredState
+from ..errors import ConfigurationError, DecodeError, GuardMismatch, UndeclaredState
 from ..types import WorkflowApprovalRow, WorkflowEffectRow, WorkflowInstance
-from ._machine import COMPENSATING, FAILED, MAX_RETRIES, UNCERTAIN, Machine, State, seconds
-from ._outcomes import Fail, Goto, Uncertain, Yield
+from ._machine import COMPENSATING, FAILED, MAX_RETRIES, UNCERTAIN, Machine, State
+from ._outcomes import Fail, Goto, Uncertain, Yield, seconds
 
 __all__ = [
     "ACTIVE",
@@ -137,7 +137,8 @@ class Ran:
     result: object
     checkpoint: bytes | None
     """The checkpoint as the state left it, encoded; None keeps the one read."""
-    started: float
+    started: float | None
+    """Epoch seconds when it started; None when it failed before it ran (the commit time is recorded)."""
     consumed: tuple[int, ...] = ()
     effects: tuple[WorkflowEffect, ...] = ()
 
@@ -152,7 +153,16 @@ class Compensated:
 
 
 def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:4000]
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose __str__ fails still fails its visit, with its type
+        text = "(its message cannot be read)"
+    return f"{type(exc).__name__}: {text}"
+
+
+def _clean(text: str | None) -> str | None:
+    """Text as the history stores it: NUL (which PostgreSQL refuses) made visible, at most 4000 characters."""
+    return None if text is None else text.replace("\x00", "\\x00")[:4000]
 
 
 # -- the shape every transition is written in ----------------------------------------------
@@ -175,9 +185,9 @@ def _entry(
         visit=visit if visit is not None else inst.visits.get(name, 0),
         outcome=outcome,
         actor=by.actor,
-        error_code=error[0] if error else None,
-        error=error[1] if error else None,
-        reason=reason,
+        error_code=_clean(error[0]) if error else None,
+        error=_clean(error[1]) if error else None,
+        reason=_clean(reason),
         delivery_id=by.delivery_id,
         started_at=started,
     )
@@ -186,7 +196,11 @@ def _entry(
 def _write(
     inst: WorkflowInstance, move: Move, entry: WorkflowHistoryEntry, by: Writer, w: Writes = Writes()
 ) -> WorkflowTransition:
-    code, text = w.error if w.error is not None else (inst.last_error_code, inst.last_error)
+    code, text = inst.last_error_code, inst.last_error
+    if w.error is not None:
+        code, text = _clean(w.error[0]), _clean(w.error[1])
+    if move.status == "completed":  # a run that completes has no last error (its history keeps them)
+        code, text = None, None
     return WorkflowTransition(
         machine=inst.machine, key=inst.key, expected_version=inst.version, run_id=inst.run_id,
         state=move.state, status=move.status, visits=w.visits if w.visits is not None else inst.visits,
@@ -227,7 +241,38 @@ def _transition(
     step: str = "next",
 ) -> WorkflowTransition:
     move = _move_to(m, facts, target, bool(w.effects), step)
-    return _write(facts.instance, move, entry, by, w)
+    return _write(facts.instance, move, entry, by, _closing(facts, target, w))
+
+
+def _closing(facts: WorkflowFacts, target: str, w: Writes) -> Writes:
+    """Leaving a state closes its open approvals: a decision is used only by the visit that asked.
+
+    A pending request is superseded whether or not it was approved meanwhile
+    (each guard is tried; the one matching the row at commit applies), so a
+    decision made while the instance was elsewhere never runs a later visit.
+    """
+    inst = facts.instance
+    if target == inst.state:
+        return w
+    taken = {update[0] for update in w.approvals}
+    rows = [
+        r
+        for r in facts.approvals
+        if r.state == inst.state and r.run_id == inst.run_id and r.consumed_version is None
+        and r.id not in taken
+    ]  # fmt: skip
+    close = _supersede(rows)
+    return replace(w, approvals=w.approvals + close) if close else w
+
+
+def _supersede(rows: list[WorkflowApprovalRow]) -> tuple[tuple[int, str, str], ...]:
+    """Updates closing the open ``rows``; a pending one is closed even if approved meanwhile."""
+    return tuple(
+        (r.id, status, "superseded")
+        for r in rows
+        if r.status in ("pending", "approved")
+        for status in (("pending", "approved") if r.status == "pending" else ("approved",))
+    )
 
 
 # -- before anything runs -----------------------------------------------------------------
@@ -246,7 +291,12 @@ def plan(m: Machine[Any], facts: WorkflowFacts, by: Writer) -> Plan:
     if cap is not None:
         entry = _entry(inst, "cap", by, reason=cap)
         return _transition(m, facts, MAX_RETRIES, entry, by, Writes(error=("max-retries", cap)))
-    run = RunState(state, inst.visits.get(state.name, 0) + 1, m.decode(inst.checkpoint))
+    try:
+        checkpoint = m.decode(inst.checkpoint)
+    except DecodeError as exc:  # no state can run on it: the run fails, the error in its history
+        error = ("checkpoint-undecodable", str(exc))
+        return _transition(m, facts, FAILED, _entry(inst, "error", by, error=error), by, Writes(error=error))
+    run = RunState(state, inst.visits.get(state.name, 0) + 1, checkpoint)
     return run if state.approval is None else _approval_gate(m, facts, run, by)
 
 
@@ -268,7 +318,10 @@ def _approval_gate(m: Machine[Any], facts: WorkflowFacts, run: RunState, by: Wri
     """Run under the approval of this exact input, act on its decision, or (re)request one."""
     inst, state, spec = facts.instance, run.state, run.state.approval
     assert spec is not None
-    data = spec.input_of(run.checkpoint)
+    try:
+        data = spec.input_of(run.checkpoint)
+    except Exception as exc:  # the approval's input function is the state's code: its failure edge
+        return _decide_run(m, facts, Ran(run, exc, None, None), by)
     digest = spec.hash_of(data)
     rows = [
         r
@@ -276,53 +329,62 @@ def _approval_gate(m: Machine[Any], facts: WorkflowFacts, run: RunState, by: Wri
         if r.run_id == inst.run_id and r.state == state.name and r.consumed_version is None
     ]
     for r in (r for r in rows if r.input_hash == digest):
+        if r.status in ("approved", "pending") and r.expires_at <= inst.now:
+            return _decided(m, facts, run, r, by)  # a decision counts only before it expires
         if r.status == "approved":
             return RunState(state, run.visit, run.checkpoint, r)
-        if r.status == "denied" or (r.status == "pending" and r.expires_at <= inst.now):
-            return _decided(m, facts, state, r, by)
+        if r.status == "denied":
+            return _decided(m, facts, run, r, by)
         if r.status == "pending" and inst.status == "waiting_approval":
             return None  # still waiting: an early or repeated wake-up writes nothing
         if r.status == "pending":  # resumed or repointed while the request is open: wait again
             left = (r.expires_at - inst.now).total_seconds()
             move = Move(state.name, "waiting_approval", "approval-timeout", left, left)
             return _write(inst, move, _entry(inst, "approval-wait", by), by)
-    return _request(facts.instance, state, data, digest, rows, by)
+    return _request(facts.instance, run, data, digest, rows, by)
 
 
 def _decided(
-    m: Machine[Any], facts: WorkflowFacts, state: State, r: WorkflowApprovalRow, by: Writer
+    m: Machine[Any], facts: WorkflowFacts, run: RunState, r: WorkflowApprovalRow, by: Writer
 ) -> WorkflowTransition:
-    """A denied or expired request: take the approval's ``on_deny`` or ``on_timeout`` edge."""
-    inst, spec = facts.instance, state.approval
+    """A denied or expired request: take the approval's ``on_deny`` or ``on_timeout`` edge.
+
+    The round counts as a visit of the state, so ``max_visits`` caps a state
+    whose timeout edge asks again. An approval that expired before its visit
+    ran (the worker was down, or a crashed visit runs again) is expired too.
+    """
+    inst, state, spec = facts.instance, run.state, run.state.approval
     assert spec is not None
+    visits = {**inst.visits, state.name: run.visit}
     if r.status == "denied":
-        entry = _entry(inst, "denied", by, reason=r.reason)
-        entry = msgspec.structs.replace(entry, actor=f"operator:{r.decided_by}")
         error = ("denied", f"denied by {r.decided_by}: {r.reason or ''}")
-        w = Writes(error=error, approvals=((r.id, "denied", "denied"),))
+        entry = _entry(inst, "denied", by, visit=run.visit, error=error, reason=r.reason)
+        entry = msgspec.structs.replace(entry, actor=f"operator:{r.decided_by}")
+        w = Writes(error=error, visits=visits, approvals=((r.id, "denied", "denied"),))
         return _transition(m, facts, spec.on_deny, entry, by, w)
-    entry = _entry(inst, "expired", by, reason=f"approval {r.id} expired")
-    w = Writes(
-        error=("approval-expired", f"approval {r.id} expired"), approvals=((r.id, "pending", "expired"),)
-    )
+    text = f"approval {r.id} expired"
+    if r.status == "approved":
+        text += f" before its visit ran (approved by {r.decided_by})"
+    entry = _entry(inst, "expired", by, visit=run.visit, error=("approval-expired", text), reason=text)
+    w = Writes(error=("approval-expired", text), visits=visits, approvals=((r.id, r.status, "expired"),))
     return _transition(m, facts, spec.on_timeout, entry, by, w)
 
 
 def _request(
     inst: WorkflowInstance,
-    state: State,
+    run: RunState,
     data: bytes,
     digest: str,
     rows: list[WorkflowApprovalRow],
     by: Writer,
 ) -> WorkflowTransition:
-    """A new request for this input; open requests for other inputs are superseded."""
-    spec = state.approval
+    """A new request for this input; open requests (and unused decisions) for other inputs are superseded."""
+    state, spec = run.state, run.state.approval
     assert spec is not None
     timeout = seconds(spec.timeout) or 0.0
-    superseded = tuple((r.id, "pending", "superseded") for r in rows if r.status == "pending")
+    superseded = _supersede(rows)
     move = Move(state.name, "waiting_approval", "approval-timeout", timeout, timeout)
-    entry = _entry(inst, "approval-requested", by, reason=f"input {digest[:16]}")
+    entry = _entry(inst, "approval-requested", by, visit=run.visit, reason=f"input {digest[:16]}")
     request = WorkflowApprovalRequest(state.name, data, digest, timeout)
     return _write(inst, move, entry, by, Writes(approvals=superseded, approval_request=request))
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
 from ..context import Context
-from ..errors import CheckpointTooLarge, ConfigurationError
+from ..errors import CheckpointTooLarge, ConfigurationError, InvalidCheckpoint
 from ._commits import CommitQueue, LoadQueue
 from ._context import StepContext
 from ._decide import ACTIVE, Compensated, Ran, RunCompensation, RunState, Writer, decide, plan
@@ -88,6 +88,8 @@ class Engine:
             data = self.m.encode(run.checkpoint)
         except CheckpointTooLarge as exc:
             result, data = Fail("checkpoint-too-large", str(exc)), None
+        except InvalidCheckpoint as exc:
+            result, data = Fail("checkpoint-invalid", str(exc)), None
         except Exception as exc:  # the state machine is the error boundary
             result, data = exc, None
         return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects))

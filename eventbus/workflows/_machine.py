@@ -16,12 +16,14 @@ from ..errors import (
     ConfigurationError,
     DecodeError,
     DefinitionError,
+    InvalidCheckpoint,
     UncappedCycle,
     UndeclaredState,
     UnreachableState,
 )
 from ..event import Event
-from ._outcomes import Outcome
+from ..types import WorkflowEffectRow
+from ._outcomes import Outcome, seconds
 
 if TYPE_CHECKING:
     from ._context import StepContext
@@ -42,7 +44,7 @@ __all__ = [
 
 C = TypeVar("C", bound=msgspec.Struct)
 StateFn = Callable[[Any, "StepContext"], Awaitable[Outcome]]
-CompensateFn = Callable[[Any, Any, "StepContext"], Awaitable[None]]
+CompensateFn = Callable[[Any, WorkflowEffectRow, "StepContext"], Awaitable[None]]
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 E = TypeVar("E", bound=Event)
 
@@ -61,16 +63,6 @@ BUILT_IN_TERMINALS = {MAX_RETRIES: "failed", FAILED: "failed", CANCELLED: "cance
 
 _MACHINE_RE = re.compile(r"^[a-z][a-z0-9_\-]{0,62}$")
 _STATE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-
-
-def seconds(value: timedelta | float | None) -> float | None:
-    """A duration in seconds (None stays None); negative durations are refused."""
-    if value is None:
-        return None
-    out = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    if out < 0:
-        raise ConfigurationError("durations cannot be negative")
-    return out
 
 
 class StepEvent(Event, frozen=True):
@@ -102,6 +94,9 @@ class Approval:
     on_deny: str
     on_timeout: str
     input: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        seconds(self.timeout)
 
     def input_of(self, checkpoint: Any) -> bytes:
         return msgspec.json.encode(checkpoint if self.input is None else self.input(checkpoint))
@@ -247,7 +242,11 @@ class Machine(Generic[C]):
         self.terminals[name] = "failed" if failed else "completed"
 
     def compensation(self, fn: F) -> F:
-        """Register ``async def undo(checkpoint, effect, ctx)`` for ``ctx.record_effect(compensate=undo)``."""
+        """Register ``async def undo(checkpoint, effect, ctx)`` for ``ctx.record_effect(compensate=undo)``.
+
+        ``effect`` is the :class:`~eventbus.types.WorkflowEffectRow` recorded
+        (its ``ref`` decoded, as given to ``record_effect``).
+        """
         self.compensations[fn.__name__] = fn
         return fn
 
@@ -275,13 +274,25 @@ class Machine(Generic[C]):
         return name in self.states or name in self.terminals or name in (UNCERTAIN, COMPENSATING)
 
     def encode(self, checkpoint: C) -> bytes:
-        """The checkpoint as stored; :class:`CheckpointTooLarge` over the bound."""
-        data = msgspec.json.encode(checkpoint)
+        """The checkpoint as stored; :class:`CheckpointTooLarge` over the bound.
+
+        :class:`InvalidCheckpoint` when it would not decode again: msgspec
+        encodes a field of the wrong type (a str in an ``int`` field) that every
+        later visit would then fail to read, so the round trip is checked here.
+        """
+        try:
+            data = msgspec.json.encode(checkpoint)
+        except (TypeError, ValueError) as exc:
+            raise InvalidCheckpoint(f"checkpoint of {self.name!r} does not encode: {exc}") from exc
         if len(data) > self.max_checkpoint_bytes:
             raise CheckpointTooLarge(
                 f"checkpoint of {self.name!r} is {len(data)} bytes, over max_checkpoint_bytes="
                 f"{self.max_checkpoint_bytes}"
             )
+        try:
+            self._decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise InvalidCheckpoint(f"checkpoint of {self.name!r} does not match its type: {exc}") from exc
         return data
 
     def decode(self, data: bytes) -> C:

@@ -9,12 +9,13 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
+from ..backends.base import WorkflowFacts, WorkflowStart, WorkflowStore, WorkflowTransition
 from ..context import Context
 from ..errors import (
     ConfigurationError,
     DuplicateSubscription,
     GuardMismatch,
+    RunEnded,
     UnknownApproval,
     UnknownInstance,
     UnknownMachine,
@@ -42,7 +43,13 @@ _STEP_RETRY = RetryPolicy(max_attempts=20, base_delay_seconds=0.5, max_delay_sec
 
 @dataclass(frozen=True)
 class WorkflowRun:
-    """What :meth:`Workflows.start` did: ``started`` is False when a live run was already there."""
+    """What :meth:`Workflows.start` did, and the run of the key as it is now.
+
+    ``started`` is False when a live run was already there, or, with
+    ``once=True``, when a run of the key had completed: then ``status`` is
+    ``"completed"``, ``state`` the terminal state it ended in, and
+    :attr:`done` is True.
+    """
 
     machine: str
     key: str
@@ -50,6 +57,13 @@ class WorkflowRun:
     version: int
     status: WorkflowStatus
     started: bool
+    state: str = ""
+    """The run's current state (the initial state of a run just started)."""
+
+    @property
+    def done(self) -> bool:
+        """Nothing was started because a run of the key had completed (``once=True``)."""
+        return not self.started and self.status == "completed"
 
 
 @dataclass(frozen=True)
@@ -184,24 +198,48 @@ class Workflows:
 
     # -- starting and reading --------------------------------------------------
 
-    async def start(self, machine: MachineRef, checkpoint: Any) -> WorkflowRun:
-        """Start a run for the checkpoint's key; idempotent while a run of that key is live."""
+    async def start(self, machine: MachineRef, checkpoint: Any, *, once: bool = False) -> WorkflowRun:
+        """Start a run for the checkpoint's key; idempotent while a run of that key is live.
+
+        A key whose run ended may be started again, from its initial state. With
+        ``once=True`` a key whose run *completed* is not: the call starts
+        nothing and returns the completed run (``run.done`` is True), so
+        content-addressed work ("this video is processed once") is one call. A
+        run that failed or was cancelled is started again, as without ``once``.
+        The choice is one guarded statement: of concurrent starts of a key,
+        exactly one starts a run.
+
+        :raises ConfigurationError: the checkpoint is not the machine's type, or
+            its key is not a non-empty string of at most 200 characters without NUL.
+        """
+        request = self.prepare(machine, checkpoint, once=once)
+        await self.ensure_registered([request.machine])
+        inst, started = await self.store.start(
+            request.machine, request.key, request.state, request.checkpoint, request.once
+        )
+        await self._engines[request.machine].maybe_sweep()
+        return WorkflowRun(
+            inst.machine, inst.key, inst.run_id, inst.version, inst.status, started, inst.state
+        )
+
+    def prepare(self, machine: MachineRef, checkpoint: Any, *, once: bool = False) -> WorkflowStart:
+        """The checked, encoded start of a run (what :meth:`start` and ``ctx.start`` write)."""
         m = self.machine(machine)
         if not isinstance(checkpoint, m.checkpoint):
             raise ConfigurationError(f"{m.name!r} takes a {m.checkpoint.__qualname__} checkpoint")
         key = m.key(checkpoint)
-        if not isinstance(key, str) or not key or len(key) > 200:
+        if not isinstance(key, str) or not key or len(key) > 200 or "\x00" in key:
             raise ConfigurationError(
-                f"invalid instance key {key!r}: a non-empty string of at most 200 characters"
+                f"invalid instance key {key!r}: a non-empty string of at most 200 characters, no NUL"
             )
-        data = m.encode(checkpoint)
-        name = f"wf.{m.name}"
-        if name not in self._registered:
-            await self._register([name])  # so the first step fans out even before any worker ran
-            self._registered.add(name)
-        inst, started = await self.store.start(m.name, key, m.initial.name, data)
-        await self._engines[m.name].maybe_sweep()
-        return WorkflowRun(m.name, key, inst.run_id, inst.version, inst.status, started)
+        return WorkflowStart(m.name, key, m.initial.name, m.encode(checkpoint), once)
+
+    async def ensure_registered(self, machines: Sequence[str]) -> None:
+        """Record the step subscriptions of ``machines``, so a first step fans out before any worker ran."""
+        names = [f"wf.{m}" for m in machines if f"wf.{m}" not in self._registered]
+        if names:
+            await self._register(names)
+            self._registered.update(names)
 
     async def _load(self, m: Machine[Any], key: str) -> WorkflowInstance:
         row = await self.store.load(m.name, key)
@@ -248,17 +286,39 @@ class Workflows:
     # -- the world talks back -------------------------------------------------------
 
     async def signal(
-        self, machine: MachineRef, key: str, name: str, payload: Any = None, *, id: str | None = None
+        self,
+        machine: MachineRef,
+        key: str,
+        name: str,
+        payload: Any = None,
+        *,
+        id: str | None = None,
+        run_id: int | None = None,
     ) -> bool:
-        """Send a durable signal; False when ``id`` was already used for this instance and name.
+        """Send a durable signal to the live run of an instance; False when ``id`` was already
+        used in this run for this name.
 
-        Kept until a visit reads it with ``ctx.signal(name)``; an instance
-        waiting in a state with ``wake_on=name`` is woken at once.
+        Kept until a visit of that run reads it with ``ctx.signal(name)``; an
+        instance waiting in a state with ``wake_on=name`` is woken at once. A
+        signal belongs to one run: a later run never reads it, and may reuse its
+        ``id``. Pass the ``run_id`` the callback was made for (``ctx.run_id``)
+        so a late callback is refused rather than taken by a newer run.
+
+        :raises UnknownInstance: the instance (or run ``run_id``) does not exist.
+        :raises RunEnded: the run is over; nothing is stored.
         """
         m = self.machine(machine)
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ConfigurationError(f"a signal name is a non-empty str without NUL, not {name!r}")
         wake = [s.name for s in m.states.values() if name in s.wake_on]
         data = msgspec.json.encode(payload)
-        return await self.store.signal(m.name, key, name, data, id, wake)
+        result = await self.store.signal(m.name, key, name, data, id, wake, run_id)
+        if result == "missing":
+            run = "" if run_id is None else f" run {run_id}"
+            raise UnknownInstance(f"machine {m.name!r} has no instance {key!r}{run}: signal {name!r} refused")
+        if result == "ended":
+            raise RunEnded(f"{m.name}/{key}: the run is over; signal {name!r} was not stored")
+        return result == "sent"
 
     async def approve(self, approval_id: int, *, by: str, reason: str | None = None) -> WorkflowApprovalRow:
         """Approve a pending request (single use, before it expires); the instance runs the state."""
@@ -273,6 +333,8 @@ class Workflows:
     ) -> WorkflowApprovalRow:
         if not by:
             raise ConfigurationError("say who decides: by=...")
+        if "\x00" in by or "\x00" in (reason or ""):
+            raise ConfigurationError("who decides and why cannot contain NUL characters")
         decided = await self.store.decide(approval_id, status, by, reason)
         if decided is not None:
             return decided

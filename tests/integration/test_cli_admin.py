@@ -22,7 +22,7 @@ async def _delivery_ids(target: Target) -> list[int]:
     if target.kind == "sqlite":
         with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as db:
             return [r[0] for r in db.execute("SELECT id FROM deliveries ORDER BY id")]
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         rows = await conn.fetch(f'SELECT id FROM "{target.schema}".deliveries ORDER BY id')
         return [r[0] for r in rows]

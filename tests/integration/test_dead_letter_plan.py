@@ -1,8 +1,18 @@
-"""The walk over dead letters reads their partial index, not the whole history around them."""
+"""Dead letters are read through their partial index, not the whole history around them.
+
+The walk of a bulk replay or purge, and the dashboard's list and count: on
+PostgreSQL under the generic plan a pooled connection settles on, on SQLite
+under its one plan per statement.
+"""
 
 from __future__ import annotations
 
+import sqlite3
+
 import asyncpg
+import pytest
+
+from eventbus.types import DeliveryFilter
 
 SEED = """
 WITH ev AS (
@@ -22,10 +32,10 @@ TYPES = (
 )
 
 
-async def _generic_plan(conn: asyncpg.Connection, sql: str, args: str) -> str:
+async def _generic_plan(conn: asyncpg.Connection, sql: str, args: str, types: str = TYPES) -> str:
     """The plan a pooled connection settles on after five executions (a generic one)."""
     await conn.execute("SET plan_cache_mode = force_generic_plan")
-    await conn.execute(f"PREPARE walk({TYPES}) AS {sql}")
+    await conn.execute(f"PREPARE walk({types}) AS {sql}")
     rows = await conn.fetch(f"EXPLAIN EXECUTE walk({args})")
     await conn.execute("DEALLOCATE walk")
     return "\n".join(r[0] for r in rows)
@@ -36,28 +46,100 @@ def _args(subscription: str = "NULL", event_type: str = "NULL", since: str = "NU
     return f"{subscription}, 'dead', {event_type}, NULL, NULL, NULL, {since}" + ", NULL" * 4 + ", 0, 1000"
 
 
-async def test_dead_letter_walk_uses_the_dead_letter_index(pg_target) -> None:
+FILTERS: tuple[dict[str, str], ...] = (
+    {"subscription": "'h'"},
+    {},
+    {"event_type": "'order.placed'", "since": "now()"},
+)
+DEAD = DeliveryFilter(status="dead")
+
+
+async def _seeded(pg_target) -> tuple[dict[str, str], asyncpg.Connection]:
+    """The queries and a connection to 50,000 deliveries, one in a thousand dead."""
     bus = pg_target.bus()
     try:
         await bus.migrate()
         q = bus.backend.db.q
-        s = f'"{pg_target.schema}"'
-        conn = await asyncpg.connect(pg_target.dsn)
-        try:
-            sub_id = await conn.fetchval(
-                f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
-                "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
-            )
-            await conn.execute(SEED.format(s=s), 50_000, sub_id)
-            await conn.execute(f"ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
-            plans = [
-                await _generic_plan(conn, q["delivery_ids_dead"], _args(**flt))
-                for flt in ({"subscription": "'h'"}, {}, {"event_type": "'order.placed'", "since": "now()"})
-            ]
-        finally:
-            await conn.close()
     finally:
         await bus.aclose()
+    s = f'"{pg_target.schema}"'
+    conn = await asyncpg.connect(pg_target.dsn)
+    sub_id = await conn.fetchval(
+        f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
+        "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
+    )
+    await conn.execute(SEED.format(s=s), 50_000, sub_id)
+    await conn.execute(f"ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
+    return q, conn
+
+
+def _reads_the_dead_letters_alone(plan: str) -> None:
+    assert "deliveries_dead" in plan, plan
+    assert "deliveries_pkey" not in plan and "Seq Scan on deliveries" not in plan, plan
+
+
+async def test_dead_letter_walk_uses_the_dead_letter_index(pg_target) -> None:
+    q, conn = await _seeded(pg_target)
+    try:
+        plans = [await _generic_plan(conn, q["delivery_ids_dead"], _args(**flt)) for flt in FILTERS]
+    finally:
+        await conn.close()
     for plan in plans:
-        assert "deliveries_dead" in plan, plan
-        assert "deliveries_pkey" not in plan, plan
+        _reads_the_dead_letters_alone(plan)
+
+
+async def test_dead_letter_list_and_count_use_the_dead_letter_index(pg_target) -> None:
+    """The dashboard's /dead page (and /deliveries?status=dead) under a generic plan."""
+    q, conn = await _seeded(pg_target)
+    count_types = TYPES.rsplit(",", 1)[0]
+    try:
+        plans = []
+        for flt in FILTERS:
+            listing = _args(**flt).replace(", 0, 1000", ", NULL, 51")  # the first page, 50 rows and one more
+            plans.append(await _generic_plan(conn, q["find_deliveries_dead"], listing))
+            counting = _args(**flt).replace(", 0, 1000", ", 10001")
+            plans.append(await _generic_plan(conn, q["count_deliveries_dead"], counting, count_types))
+    finally:
+        await conn.close()
+    for plan in plans:
+        _reads_the_dead_letters_alone(plan)
+
+
+async def test_dashboard_reads_are_planned_for_their_values(pg_target) -> None:
+    """A pooled connection that settled on generic plans still plans the catch-all filter per call.
+
+    A generic plan cannot drop the conditions left NULL and joins the whole
+    events table first; planned for the values, the newest page is a short
+    backward walk of the primary key.
+    """
+    q, conn = await _seeded(pg_target)
+    try:
+        await conn.execute("SET plan_cache_mode = force_generic_plan")
+        async with conn.transaction(readonly=True):
+            await conn.execute(q["inspect_timeout"])  # what every dashboard read runs first
+            await conn.execute(q["inspect_custom_plans"])
+            await conn.execute(f"PREPARE page({TYPES}) AS {q['find_deliveries']}")
+            rows = await conn.fetch("EXPLAIN EXECUTE page(" + ", ".join(["NULL"] * 12) + ", 51)")
+    finally:
+        await conn.close()
+    plan = "\n".join(r[0] for r in rows)
+    assert "deliveries_pkey" in plan and "Seq Scan on events" not in plan, plan
+
+
+@pytest.mark.parametrize("query", ["find_deliveries_dead", "count_deliveries_dead"])
+async def test_sqlite_dead_letter_reads_use_the_dead_letter_index(tmp_path, query: str) -> None:
+    from eventbus import Bus
+    from eventbus.backends._sql import load_queries
+    from eventbus.backends.sqlite.inspect import filter_params
+
+    bus = Bus(f"sqlite:///{tmp_path / 'bus.db'}")
+    try:
+        await bus.migrate()
+    finally:
+        await bus.aclose()
+    sql = load_queries("sqlite", "main")[query]
+    params = {**filter_params(DEAD), "limit": 51, "cap": 10_001}
+    with sqlite3.connect(tmp_path / "bus.db") as conn:
+        plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    assert any("USING INDEX deliveries_dead" in step for step in plan), plan
+    assert not any("PRIMARY KEY" in step for step in plan if step.startswith(("SCAN d", "SEARCH d"))), plan

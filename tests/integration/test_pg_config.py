@@ -8,7 +8,7 @@ import anyio
 import asyncpg
 import pytest
 
-from eventbus import BackendUnavailable, Bus, Context, Worker
+from eventbus import BackendUnavailable, Bus, ConfigurationError, Context, Worker
 from eventbus.backends.postgres import PostgresBackend
 
 from ..support.helpers import OrderPlaced, counts
@@ -75,3 +75,24 @@ async def test_a_value_the_driver_cannot_encode_is_refused_not_unavailable(pg_ta
         assert not isinstance(caught.value, BackendUnavailable)
     finally:
         await bus.aclose()
+
+
+async def test_the_server_ends_a_session_left_idle_in_a_transaction(pg_target) -> None:
+    """A client that stops answering inside a transaction (a cut-off host) holds its row locks
+    only until ``dead_client_seconds``: the server then ends the session."""
+    bus = pg_target.bus(dead_client_seconds=1)
+    try:
+        await bus.migrate()
+        async with bus.backend.db.conn() as conn:
+            assert await conn.fetchval("SHOW idle_in_transaction_session_timeout") == "1s"
+            assert await conn.fetchval("SHOW tcp_keepalives_count") == "2"
+            tx = conn.transaction()
+            await tx.start()
+            await conn.fetchval("SELECT 1")
+            await anyio.sleep(1.5)  # the client goes quiet inside the transaction
+            with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+                await conn.fetchval("SELECT 1")
+    finally:
+        await bus.aclose()
+    with pytest.raises(ConfigurationError, match="dead_client_seconds must be at least 1"):
+        pg_target.bus(dead_client_seconds=0.5)

@@ -119,5 +119,36 @@ async def test_lease_expired_before_the_sweep_window_is_still_recovered(
         await bus.aclose()
 
 
+async def test_an_expired_lease_skipped_while_locked_is_taken_by_the_next_sweep(pg_target) -> None:
+    """A row whose lease expired while another session held it (a cut-off worker's open
+    transaction) keeps the sweep's window from moving past it: once the lock goes, the next
+    sweep takes it, not the sweep from the start a minute later."""
+    bus = pg_target.bus()
+    bus.subscribe(OrderPlaced, name="h")(_noop)
+    try:
+        await bus.migrate()
+        sub_id = (await bus.register())["h"]
+        await bus.publish(OrderPlaced(order_id="held"))
+        (claimed,) = await bus.backend.deliveries.claim(sub_id, 10, 0.2, str(uuid.uuid4()))
+        assert await bus.backend.deliveries.recover_expired() == 0  # from the start: nothing expired yet
+        holder = await asyncpg.connect(pg_target.dsn)
+        try:
+            tx = holder.transaction()
+            await tx.start()
+            await holder.execute(
+                f'SELECT 1 FROM "{pg_target.schema}".deliveries WHERE id = $1 FOR UPDATE', claimed.id
+            )
+            for _ in range(6):  # 3 s of windowed sweeps while its lease has expired: skipped
+                await anyio.sleep(0.5)
+                assert await bus.backend.deliveries.recover_expired() == 0
+            await tx.rollback()
+        finally:
+            await holder.close()
+        assert await bus.backend.deliveries.recover_expired() == 1
+        assert (await bus.delivery(claimed.id)).status == "pending"
+    finally:
+        await bus.aclose()
+
+
 async def _noop(event: OrderPlaced, ctx: Context) -> None:
     return None

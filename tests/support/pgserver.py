@@ -32,7 +32,8 @@ def _free_port() -> int:
 class PgServer:
     """initdb + pg_ctl on a free loopback port; as root, runs as user postgres."""
 
-    def __init__(self) -> None:
+    def __init__(self, listen: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        self.listen = listen
         self.bindir = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="eventbus-pg-"))
         self.data = self.root / "data"
@@ -45,15 +46,33 @@ class PgServer:
             cmd = ["runuser", "-u", "postgres", "--", *cmd]
         subprocess.run(cmd, check=True, capture_output=True, timeout=120)
 
-    def start(self) -> PgServer:
+    def start(self, trust: tuple[str, ...] = ()) -> PgServer:
+        """initdb and start; clients from the ``trust`` networks connect as loopback ones do."""
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        with open(self.data / "pg_hba.conf", "a") as hba:
+            hba.writelines(f"host all all {cidr} trust\n" for cidr in trust)
         self._ctl("start")
         return self
 
+    def start_standby_of(self, primary: PgServer) -> PgServer:
+        """Start as a streaming replica of ``primary`` (``pg_basebackup -R``) on a port of its own."""
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(
+            "pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres",
+            "-D", str(self.data), "-R", "-X", "stream", "--no-sync",
+        )  # fmt: skip
+        self._ctl("start")
+        return self
+
+    def promote(self) -> None:
+        """Promote this standby to a primary and wait until it accepts writes."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
     def _ctl(self, action: str, mode: str = "fast") -> None:
-        opts = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        opts = f"-p {self.port} -k {self.root} -c listen_addresses={','.join(self.listen)} -c fsync=off"
         args = ["pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "-t", "60"]
         if action == "start":
             self._run(*args, "-o", opts, "start")

@@ -98,7 +98,16 @@ def test_every_valid_schema_has_its_own_notify_channel(schema: str) -> None:
     assert backend.db.channel != PostgresBackend("postgresql://u@h/db", schema[:-1] + "z").db.channel
 
 
-@pytest.mark.parametrize("dsn", ["postgresql://h:abc/db", "postgresql://[::1/db", "postgresql://a:1,b:x/db"])
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://h:abc/db",
+        "postgresql://[::1/db",
+        "postgresql://a:1,b:x/db",
+        "postgresql://h:99999/db",
+        "postgresql://a:5432,b:0/db",
+    ],
+)
 def test_malformed_dsns_are_refused_at_construction(dsn: str) -> None:
     with pytest.raises(ConfigurationError, match="invalid PostgreSQL DSN"):
         Bus(dsn)
@@ -118,6 +127,7 @@ def test_multi_host_and_ipv6_dsns_are_accepted() -> None:
         ({"poll_interval_seconds": float("inf")}, "poll_interval_seconds must be"),
         ({"grace_seconds": -1}, "grace_seconds must be"),
         ({"concurrency": 0}, "concurrency must be at least 1"),
+        ({"concurrency": 10**20}, "concurrency must be at most 10,000"),
         ({"batch_size": -5}, "batch_size must be at least 1"),
         ({"subscriptions": ["charge", "chrage"]}, "no subscription named chrage"),
     ],

@@ -11,7 +11,13 @@ import pytest
 from eventbus import GuardMismatch
 from eventbus.backends.base import WorkflowEffect, WorkflowFacts, WorkflowTransition
 from eventbus.errors import UndeclaredState
-from eventbus.types import WorkflowApprovalRow, WorkflowEffectRow, WorkflowInstance
+from eventbus.types import (
+    ApprovalStatus,
+    EffectStatus,
+    WorkflowApprovalRow,
+    WorkflowEffectRow,
+    WorkflowInstance,
+)
 from eventbus.workflows import Approval, Fail, Goto, Machine, StepContext, Uncertain, Yield
 from eventbus.workflows import _decide as d
 
@@ -60,14 +66,14 @@ def facts(inst: WorkflowInstance | None = None, **parts: Any) -> WorkflowFacts:
     return WorkflowFacts(inst or instance(), **parts)
 
 
-def effect(id: int, status: str = "done", compensation: str | None = "refund") -> WorkflowEffectRow:
+def effect(id: int, status: EffectStatus = "done", compensation: str | None = "refund") -> WorkflowEffectRow:
     return WorkflowEffectRow(
-        id=id, run_id=1, state="PAY", op_key=f"orders/o-1/1/PAY/1/{id}", kind="card.charged", ref="{}",
+        id=id, run_id=1, state="PAY", op_key=f"orders/o-1/1/PAY/1/{id}", kind="card.charged", ref={},
         compensation=compensation, status=status,
     )  # fmt: skip
 
 
-def approval(id: int, status: str, m: Machine[Order], **changes: Any) -> WorkflowApprovalRow:
+def approval(id: int, status: ApprovalStatus, m: Machine[Order], **changes: Any) -> WorkflowApprovalRow:
     spec = m.states["CHARGE"].approval
     assert spec is not None
     data = spec.input_of(Order("o-1"))
@@ -210,7 +216,9 @@ def test_a_changed_input_supersedes_the_open_request() -> None:
     other = approval(9, "pending", m, input_hash="0" * 64)
     t = d.plan(m, facts(instance("CHARGE"), approvals=(other,)), BY)
     assert isinstance(t, WorkflowTransition) and t.approval_request is not None
-    assert t.approval_updates == ((9, "pending", "superseded"),)
+    assert t.approval_updates == ((9, "pending", "superseded"), (9, "approved", "superseded")), (
+        "closed even if it was approved meanwhile"
+    )
 
 
 def test_compensation_undoes_the_newest_effect_then_ends_in_the_terminal() -> None:

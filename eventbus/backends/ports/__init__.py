@@ -21,8 +21,10 @@ from .delivery import (
     LeaseKey,
     LockWaitExceeded,
     OutgoingEvent,
+    Rescue,
     SubscriptionSpec,
     Wakeups,
+    WorkflowStart,
     decode_headers,
     warn_not_active,
 )
@@ -32,16 +34,20 @@ from .retention import OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatc
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
+    EFFECT_JSON,
+    SignalResult,
     WorkflowApprovalRequest,
     WorkflowEffect,
     WorkflowFacts,
     WorkflowHistoryEntry,
     WorkflowStore,
     WorkflowTransition,
+    signal_target,
     workflow_step,
 )
 
 __all__ = [
+    "EFFECT_JSON",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",
@@ -54,11 +60,13 @@ __all__ = [
     "OutgoingEvent",
     "PlannedOccurrence",
     "PruneBatch",
+    "Rescue",
     "RetentionStore",
     "ScheduleDecl",
     "SchedulePlanner",
     "ScheduleStore",
     "SchemaStore",
+    "SignalResult",
     "SubscriptionSpec",
     "TickPlan",
     "Wakeups",
@@ -67,9 +75,11 @@ __all__ = [
     "WorkflowEffect",
     "WorkflowFacts",
     "WorkflowHistoryEntry",
+    "WorkflowStart",
     "WorkflowStore",
     "WorkflowTransition",
     "decode_headers",
+    "signal_target",
     "warn_not_active",
     "workflow_step",
 ]

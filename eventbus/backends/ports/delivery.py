@@ -21,8 +21,10 @@ __all__ = [
     "LeaseKey",
     "LockWaitExceeded",
     "OutgoingEvent",
+    "Rescue",
     "SubscriptionSpec",
     "Wakeups",
+    "WorkflowStart",
     "decode_headers",
     "warn_not_active",
 ]
@@ -56,6 +58,8 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     correlation_id: int | None = None
     causation_id: int | None = None
     ordering_key: str | None = None
+    keep_key: bool = False
+    """Keep the key for good (``once=True``): honoured past the dedup window, whatever retention deletes."""
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):
@@ -92,12 +96,28 @@ class ClaimedDelivery(msgspec.Struct):
     """The event whose handler emitted this one."""
 
 
+class WorkflowStart(msgspec.Struct, frozen=True):
+    """A run of a state machine to start: the instance ``(machine, key)`` in ``state``.
+
+    Applied as :meth:`WorkflowStore.start` applies it: a live run is left
+    alone; with ``once``, so is a run that completed.
+    """
+
+    machine: str
+    key: str
+    state: str
+    checkpoint: bytes
+    once: bool = False
+
+
 class Completion(msgspec.Struct, frozen=True):
-    """A successful handler run and the follow-up events it emitted."""
+    """A successful handler run, the follow-up events it emitted and the runs it started."""
 
     delivery_id: DeliveryId
     lease_token: str
     follow_ups: Sequence[OutgoingEvent] = ()
+    starts: Sequence[WorkflowStart] = ()
+    """Runs started with the completion (``ctx.start``), in the same transaction."""
 
     @property
     def lease(self) -> LeaseKey:
@@ -134,6 +154,20 @@ def warn_not_active(name: str, state: str) -> None:
         state,
         name,
     )
+
+
+class Rescue(msgspec.Struct, frozen=True):
+    """The processing deliveries taken back from one lost worker by one rescue pass."""
+
+    worker_id: str
+    hostname: str
+    pid: int
+    silent_seconds: float
+    """Since the worker's last heartbeat, by the database's clock."""
+    reason: str
+    """``"silent"`` (no heartbeat for the threshold) or ``"process gone"`` (its process
+    no longer exists on this host)."""
+    deliveries: int
 
 
 def decode_headers(text: str | None) -> dict[str, str]:
@@ -213,12 +247,12 @@ class DeliveryStore(Protocol):
         ...
 
     async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
-        """Mark deliveries completed and insert their follow-ups, in one transaction.
+        """Mark deliveries completed, insert their follow-ups and start their runs, in one transaction.
 
         Only a completion whose lease token still holds is applied, and only
-        its follow-ups are inserted (a stale run of the same delivery in the
-        same batch adds none); the (id, token) pairs applied are returned, and
-        a refused one changes nothing.
+        its follow-ups are inserted and its runs started (a stale run of the
+        same delivery in the same batch adds none); the (id, token) pairs
+        applied are returned, and a refused one changes nothing.
         """
         ...
 
@@ -248,6 +282,19 @@ class DeliveryStore(Protocol):
         """Return deliveries whose lease ran out to pending (or dead when out of attempts).
 
         They keep their place, and waiting workers are woken as by a publish.
+        """
+        ...
+
+    async def rescue(self, silent_seconds: float, limit: int = 1000) -> list[Rescue]:
+        """Take back the processing deliveries of lost workers, before their leases run out.
+
+        A worker is lost when its last heartbeat is older than
+        ``silent_seconds`` by the database's clock (so clock skew between hosts
+        does not matter), or when it reported from this host under a process
+        id that no longer exists here. Its deliveries are recovered as an
+        expired lease is (fenced: its results are refused from then on; the
+        attempt counts; dead when out of attempts), the history says
+        ``WorkerLost``, its row counts them, and waiting workers are woken.
         """
         ...
 

@@ -77,11 +77,14 @@ class Inspector(Protocol):
         """
         ...
 
-    async def delivery_ids(self, flt: DeliveryFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+    async def delivery_ids(
+        self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
+    ) -> list[DeliveryId]:
         """Ids of deliveries matching ``flt`` above ``after_id``, in id order, at most ``limit``.
 
         The walk behind bulk replay, purge and cancel: each batch is one index
         range read from where the previous one stopped, so a walk over millions
-        of rows never rereads what it passed.
+        of rows never rereads what it passed. Such a walk reads the primary; a
+        ``listing`` (ids only shown, never acted on) may be read from a replica.
         """
         ...

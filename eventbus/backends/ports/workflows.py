@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 import orjson
@@ -19,14 +19,36 @@ from ...types import (
 from .delivery import OutgoingEvent
 
 __all__ = [
+    "EFFECT_JSON",
+    "SignalResult",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
     "WorkflowFacts",
     "WorkflowHistoryEntry",
     "WorkflowStore",
     "WorkflowTransition",
+    "signal_target",
     "workflow_step",
 ]
+
+
+EFFECT_JSON = ("ref",)
+"""The JSON columns of an effect row: its ``ref`` is read back decoded."""
+
+SignalResult = Literal["sent", "duplicate", "missing", "ended"]
+"""What :meth:`WorkflowStore.signal` did with a signal."""
+
+LIVE_STATUSES = frozenset({"pending", "running", "waiting", "waiting_approval", "paused", "uncertain"})
+"""Statuses of a run that has not ended: a signal is kept for it."""
+
+
+def signal_target(pointer: Any, run_id: int | None) -> SignalResult | None:
+    """Why a signal cannot be stored for the instance ``pointer`` (None: it can, for its run)."""
+    if pointer is None or (run_id is not None and run_id > pointer["run_id"]):
+        return "missing"
+    if (run_id is not None and run_id < pointer["run_id"]) or pointer["status"] not in LIVE_STATUSES:
+        return "ended"
+    return None
 
 
 def workflow_step(machine: str, key: str, version: int, reason: str, delay: float = 0.0) -> OutgoingEvent:
@@ -68,6 +90,7 @@ class WorkflowEffect(msgspec.Struct, frozen=True):
     op_key: str
     kind: str
     ref: str
+    """The effect's reference, JSON-encoded (read back decoded as ``WorkflowEffectRow.ref``)."""
     compensation: str | None
 
 
@@ -83,7 +106,7 @@ class WorkflowApprovalRequest(msgspec.Struct, frozen=True):
 class WorkflowFacts(msgspec.Struct, frozen=True):
     """What a visit decides on, read once: the pointer and what is open for its run.
 
-    ``signals``: the instance's unconsumed signals in arrival order.
+    ``signals``: the unconsumed signals of the current run, in arrival order.
     ``approvals``: the current run's approvals not yet used by a transition
     (``consumed_version`` is None, whatever their status), oldest first.
     ``effects``: every effect recorded in the current run, in the order recorded.
@@ -101,8 +124,10 @@ class WorkflowTransition(msgspec.Struct, frozen=True):
     Guarded by ``expected_version`` (and by ``lease`` = (delivery id, lease
     token) when a visit commits it): when the pointer moved on, nothing is
     written. ``step`` is the reason of the next step event (None: none is
-    published), due after ``step_delay`` seconds, or at once when an open
-    signal named in ``wake_on`` exists.
+    published), due after ``step_delay`` seconds. When an open signal named in
+    ``wake_on`` exists at commit, the step is due at once, and one is published
+    even when ``step`` is None (a signal that arrived during the visit, which
+    saw the instance running and so woke nothing).
     """
 
     machine: str
@@ -146,17 +171,21 @@ class WorkflowStore(Protocol):
     """
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step.
 
         Returns the instance and whether a run was started; a live run is left
-        alone and returned with False.
+        alone and returned with False, and so, with ``once``, is a run that
+        completed (a failed or cancelled one is started again). One guarded
+        statement decides: of concurrent starts of a key, one starts the run.
+        With ``once`` the instance is marked ``kept`` (a run started, or a
+        completed one found), so retention keeps the completed run it relies on.
         """
         ...
 
     async def load(self, machine: str, key: str) -> WorkflowInstance | None:
-        """The pointer as committed, with ``has_signals`` telling whether open signals exist."""
+        """The pointer as committed, with ``has_signals`` telling whether its run has open signals."""
         ...
 
     async def facts(self, machine: str, keys: Sequence[str]) -> dict[str, WorkflowFacts]:
@@ -209,11 +238,15 @@ class WorkflowStore(Protocol):
         payload: bytes,
         dedupe: str | None,
         wake_states: Sequence[str],
-    ) -> bool:
-        """Store a signal (False when its dedupe id was already taken).
+        run_id: int | None = None,
+    ) -> SignalResult:
+        """Store a signal for the instance's live run (``run_id`` when given, which must be it).
 
-        In the same transaction, an instance that is ``waiting`` in one of
-        ``wake_states`` gets a step event for its current version.
+        ``"sent"`` when stored; ``"duplicate"`` when its dedupe id was already
+        taken in that run; ``"missing"`` when there is no instance (or no run
+        ``run_id``); ``"ended"`` when the run is over (a newer run does not
+        take it). In the same transaction, an instance that is ``waiting`` in
+        one of ``wake_states`` gets a step event for its current version.
         """
         ...
 

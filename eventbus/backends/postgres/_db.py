@@ -30,6 +30,7 @@ from ...errors import (
 from ...types import EventId, PublishResult
 from .._sql import load_queries, validate_schema
 from ..ports import LockWaitExceeded, OutgoingEvent
+from ._kept import publish_kept
 
 __all__ = [
     "HELD_LOCK_WAIT_MS",
@@ -52,6 +53,16 @@ _UNAVAILABLE = (
     asyncpg.InterfaceError,
     asyncpg.InternalClientError,  # a pooled connection left mid-operation by a server restart
 )
+
+# What a transaction pooler does to named prepared statements: another
+# client's statement of the same name on the server connection it was handed,
+# or none of its own.
+_POOLED_STATEMENT = (
+    asyncpg.exceptions.DuplicatePreparedStatementError,
+    asyncpg.exceptions.InvalidSQLStatementNameError,
+)
+
+_STATEMENT_CACHE_SIZE = 100  # asyncpg's default
 
 # How long a pooled connection keeps a prepared statement before preparing it
 # again. PostgreSQL settles on a generic plan after five executions and keeps
@@ -84,6 +95,18 @@ def translate_errors(operation: str = "the operation", timeout: float | None = N
         raise
     except (asyncpg.exceptions.UndefinedTableError, asyncpg.exceptions.InvalidSchemaNameError) as exc:
         raise SchemaNotMigrated(f"{SchemaNotMigrated.__doc__} ({exc})") from exc
+    except _POOLED_STATEMENT as exc:
+        raise BackendError(
+            f"PostgreSQL refused the operation: {exc.message}; is a transaction pooler "
+            "(PgBouncer pool_mode = transaction) in front? Add ?pooler=transaction to the DSN"
+        ) from exc
+    except asyncpg.exceptions.ProtocolViolationError as exc:
+        if "startup parameter" not in str(exc):
+            raise BackendError(f"PostgreSQL refused the operation: {exc}") from exc
+        raise ConfigurationError(
+            f"the server refused the connection: {exc}; is a pooler (PgBouncer) in front? "
+            "Add ?pooler=transaction (or ?pooler=session) to the DSN"
+        ) from exc
     except TimeoutError as exc:
         within = f" within {timeout:g}s" if timeout is not None else ""
         raise BackendUnavailable(f"PostgreSQL timed out: {operation} got no answer{within}") from exc
@@ -116,8 +139,11 @@ def check_dsn(dsn: str) -> str:
         port = host.rpartition("]")[2] if host.startswith("[") else host
         if host.startswith("[") and "]" not in host:
             raise ConfigurationError(f"invalid PostgreSQL DSN: unclosed [ in host {host!r}")
-        if ":" in port and not port.rpartition(":")[2].isdigit():
+        number = port.rpartition(":")[2] if ":" in port else "5432"
+        if not number.isdigit():
             raise ConfigurationError(f"invalid PostgreSQL DSN: port of {host!r} is not a number")
+        if not 0 < int(number) < 65536:
+            raise ConfigurationError(f"invalid PostgreSQL DSN: port of {host!r} is not from 1 to 65535")
     return dsn
 
 
@@ -132,6 +158,40 @@ async def _keep_session(conn: Any) -> None:
     """
 
 
+DEAD_CLIENT_SECONDS = 10.0
+"""How long the server keeps a session whose client stopped answering (see :func:`session_settings`)."""
+
+
+def session_settings(dead_client_seconds: float | None) -> dict[str, str]:
+    """Settings sent when each pooled connection starts, so the server ends a dead client's session.
+
+    A worker whose host is cut off (a network partition, a host that froze or
+    lost power) can leave a transaction open on the server between two
+    statements, holding the row locks of the deliveries it was completing:
+    another worker's lease recovery skips locked rows, so that work would wait
+    for the operating system's TCP keepalive, two hours by default. Within
+    about ``dead_client_seconds`` instead, the server ends such a session: idle
+    inside a transaction that long (``idle_in_transaction_session_timeout``; the
+    bus never leaves one idle for more than a round trip), or not answering
+    keepalive probes or acknowledging data that long (``tcp_keepalives_*``,
+    ``tcp_user_timeout``). ``None`` leaves the server's own settings.
+    """
+    if dead_client_seconds is None:
+        return {}
+    if not dead_client_seconds >= 1:
+        raise ConfigurationError(
+            f"dead_client_seconds must be at least 1 (or None), got {dead_client_seconds}"
+        )
+    seconds = int(dead_client_seconds)
+    return {
+        "idle_in_transaction_session_timeout": f"{seconds}s",
+        "tcp_user_timeout": str(seconds * 1000),
+        "tcp_keepalives_idle": str(max(1, seconds // 2)),
+        "tcp_keepalives_interval": str(max(1, seconds // 4)),
+        "tcp_keepalives_count": "2",
+    }
+
+
 class PgDb:
     """The pool of one schema, the connection held for lone publishes, and the named queries."""
 
@@ -144,8 +204,12 @@ class PgDb:
         max_pool_size: int = 10,
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
+        dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
+        statement_cache: bool = True,
+        transaction_pooler: bool = False,
     ) -> None:
         self.dsn = check_dsn(dsn)
+        self.server_settings = session_settings(dead_client_seconds)
         self.schema = validate_schema(schema)
         self.channel = notify_channel(self.schema)
         """The NOTIFY channel every wake-up of this schema goes through."""
@@ -156,6 +220,10 @@ class PgDb:
         self.ready = False
         self._pool_size = (min_pool_size, max_pool_size)
         self._statement_lifetime = statement_lifetime_seconds
+        self.statement_cache = statement_cache
+        """Whether connections keep named prepared statements (off behind a transaction pooler)."""
+        self.transaction_pooler = transaction_pooler
+        """Whether a transaction pooler is in front: no session outlives a transaction."""
         self._pool: asyncpg.Pool | None = None
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
@@ -181,12 +249,25 @@ class PgDb:
                         min_size=self._pool_size[0],
                         max_size=self._pool_size[1],
                         command_timeout=self.command_timeout,
-                        max_cached_statement_lifetime=self._statement_lifetime,
                         reset=_keep_session,
+                        statement_cache_size=self._statement_cache_size,
+                        max_cached_statement_lifetime=self._statement_lifetime,
+                        server_settings=self.server_settings,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
         return self._pool
+
+    @property
+    def _statement_cache_size(self) -> int:
+        """asyncpg's statement cache: named statements re-prepared every period, or none at all.
+
+        Without the cache asyncpg sends each query as the unnamed statement,
+        parsed again with its Bind and Execute in one message group, so a
+        transaction pooler may hand every query to another server connection
+        (one more round trip per query: the Describe before the Bind).
+        """
+        return _STATEMENT_CACHE_SIZE if self.statement_cache else 0
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:
@@ -288,10 +369,25 @@ class PgDb:
     ) -> list[PublishResult]:
         """Append ``events`` and fan them out on ``conn`` (in its transaction, if any).
 
-        ``bounded``: the statement, in a transaction of its own, waits at most
-        ``HELD_LOCK_WAIT_MS`` for a row lock (then PostgreSQL refuses it).
+        ``bounded``: the statements, in a transaction of their own, wait at most
+        ``HELD_LOCK_WAIT_MS`` for a row lock (then PostgreSQL refuses them).
         """
-        inserted = await self._insert(conn, events, f"{HELD_LOCK_WAIT_MS}ms" if bounded else None)
+        lock_wait = f"{HELD_LOCK_WAIT_MS}ms" if bounded else None
+        if any(e.keep_key for e in events):  # once=True: see _kept
+            kept = (self.q["kept_keys"], self.q["keep_keys"])
+
+            async def plain(c: Any, evs: Sequence[OutgoingEvent]) -> list[PublishResult]:
+                return await self._publish_plain(c, evs, lock_wait)
+
+            return await publish_kept(conn, kept, events, plain)
+        return await self._publish_plain(conn, events, lock_wait)
+
+    async def _publish_plain(
+        self, conn: Any, events: Sequence[OutgoingEvent], lock_wait: str | None = None
+    ) -> list[PublishResult]:
+        if not events:
+            return []
+        inserted = await self._insert(conn, events, lock_wait)
         if len(inserted) == len(events):  # nothing skipped: every event is new
             return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
         batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}

@@ -16,6 +16,7 @@ import asyncpg
 from ...errors import RegistrationError
 from ...types import DeliveryId, PublishResult
 from .._spacing import Spaced
+from .._workers import lost_workers, rescues_of
 from ..ports import (
     ClaimedDelivery,
     Completion,
@@ -23,12 +24,14 @@ from ..ports import (
     LeaseKey,
     LockWaitExceeded,
     OutgoingEvent,
+    Rescue,
     SubscriptionSpec,
     decode_headers,
     warn_not_active,
 )
 from ._db import PgDb, translate_errors
 from .wakeups import PgWakeups
+from .workflows import start_on
 
 __all__ = ["PgDeliveries"]
 
@@ -217,10 +220,10 @@ class PgDeliveries:
         return _claimed(rows, subscription_id, str(token))
 
     async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
-        """Mark completed and insert follow-ups, in one transaction, for owned rows only.
+        """Mark completed, insert follow-ups and start runs, in one transaction, for owned rows only.
 
-        Follow-ups are kept by (delivery, token): a stale run of a delivery
-        whose fresh run completes in the same batch adds none.
+        Follow-ups and starts are kept by (delivery, token): a stale run of a
+        delivery whose fresh run completes in the same batch adds none.
         """
         if not completions:
             return set()
@@ -235,6 +238,8 @@ class PgDeliveries:
             follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
             if follow_ups:
                 await self.db.publish_on(conn, follow_ups)
+            for start in (s for c in completions if c.starts and c.lease in done for s in c.starts):
+                await start_on(self.db, conn, start)
         return done
 
     async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:
@@ -280,9 +285,11 @@ class PgDeliveries:
         Every finished delivery leaves an entry in ``deliveries_lease_until``
         that only vacuum removes; while a long transaction holds back the
         xmin horizon none is removed, and a sweep from the start would walk
-        them all every second. A lease that expired before the window (a
-        locked row whose holder then rolled back) is found by the sweep from
-        the start, made first and then spaced by its cost.
+        them all every second. An expired lease whose row another session
+        holds (a dead client's open transaction, until the server ends it) is
+        skipped, and the window then starts no later than it, so it is taken
+        as soon as it is free. The sweep from the start, made first and then
+        spaced by its cost, covers anything else behind the window.
         """
         started = time.monotonic()
         floor = self._swept_to if started < self._full_sweep.due_at else None
@@ -294,6 +301,18 @@ class PgDeliveries:
         if row["expired"] < limit:  # else more are left past this sweep's end: start there again
             self._swept_to = row["swept_at"] - _SWEEP_OVERLAP
         return int(row["recovered"])
+
+    async def rescue(self, silent_seconds: float, limit: int = 1000) -> list[Rescue]:
+        """Take back the processing deliveries of lost workers (see ``DeliveryStore.rescue``)."""
+        host = socket.gethostname()
+        async with self.db.conn("worker rescue") as conn:
+            candidates = await conn.fetch(self.q["lost_worker_candidates"], silent_seconds, host)
+            lost = lost_workers(candidates, silent_seconds, host)
+            if not lost:
+                return []
+            ids = [uuid.UUID(i) for i in lost]
+            taken = await conn.fetch(self.q["rescue"], ids, limit, self.db.channel)
+        return rescues_of(lost, {r["worker_id"]: r["n"] for r in taken})
 
     async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         """Seconds until the next claimable delivery is due, or None (see ``DeliveryStore``)."""

@@ -34,6 +34,7 @@ from ...types import (
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
 from .._rows import row_as, rows_as
 from ._db import PgDb
+from ._reads import ReadPool
 
 __all__ = ["PgInspector"]
 
@@ -56,41 +57,57 @@ def detail_of(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> Del
 class PgInspector:
     """:class:`~eventbus.backends.ports.Inspector` on PostgreSQL (the contract is there)."""
 
-    def __init__(self, db: PgDb) -> None:
+    def __init__(self, db: PgDb, reads: ReadPool | None = None) -> None:
         self.db = db
         self.q = db.q
+        self.reads = reads
+        """Where reads go when the bus has a ``read_dsn`` (a replica); None: the primary."""
+
+    @contextlib.asynccontextmanager
+    async def _read(self, operation: str) -> AsyncIterator[Any]:
+        """A connection for a read that a replica may answer."""
+        if self.reads is None:
+            async with self.db.conn(operation) as conn:
+                yield conn
+            return
+        await self.db.open()  # the schema is checked (or migrated) on the primary
+        async with self.reads.conn(operation) as conn:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def _readonly(self, operation: str) -> AsyncIterator[Any]:
-        async with self.db.conn(operation) as conn, conn.transaction(readonly=True):
+        async with self._read(operation) as conn, conn.transaction(readonly=True):
             await conn.execute(self.q["inspect_timeout"])
+            await conn.execute(self.q["inspect_custom_plans"])
             yield conn
 
     async def status(self) -> StatusReport:
         """Counts by subscription and status, the oldest runnable age, workers, subscriptions."""
-        async with self.db.conn("status") as conn:
+        async with self._read("status") as conn:
             rows = await conn.fetch(self.q["status"])
             oldest = await conn.fetchval(self.q["status_oldest_pending"])
             events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
             subscriptions = await conn.fetch(self.q["subscriptions"])
+            lag = None if self.reads is None else await conn.fetchval(self.q["replica_lag"])
         return StatusReport(
             rows=rows_as(StatusRow, rows),
             oldest_pending_seconds=oldest,
             events=events,
             workers=rows_as(WorkerRow, workers),
             subscriptions=rows_as(SubscriptionInfo, subscriptions),
+            replica_lag_seconds=lag,
         )
 
     async def subscriptions(self) -> list[SubscriptionInfo]:
         """Every recorded subscription by name, with its state and backlog."""
-        async with self.db.conn("list subscriptions") as conn:
+        async with self._read("list subscriptions") as conn:
             rows = await conn.fetch(self.q["subscriptions"])
         return rows_as(SubscriptionInfo, rows)
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
-        async with self.db.conn("show") as conn:
+        async with self._read("show") as conn:
             row = await conn.fetchrow(self.q["detail"], delivery_id)
             if row is None:
                 raise NotFound(f"no delivery {delivery_id}")
@@ -99,7 +116,7 @@ class PgInspector:
 
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
         """The correlation chain of ``event_id``, flat and oldest first (see ``Inspector.chain``)."""
-        async with self.db.conn() as conn:
+        async with self._read("trace") as conn:
             root = await conn.fetchval(self.q["chain_root"], event_id)
             if root is None:
                 raise NotFound(f"no event {event_id}")
@@ -109,7 +126,7 @@ class PgInspector:
 
     async def health(self) -> StatusDetails:
         """Event types, queues, tables and the xmin horizon, from bounded reads only."""
-        async with self.db.conn() as conn:
+        async with self.db.conn() as conn:  # the primary's own statistics, even with a replica
             types = await conn.fetch(self.q["health_event_types"], COUNT_CAP)
             subs = await conn.fetch(self.q["health_subscriptions"])
             recent = await conn.fetch(self.q["health_completed_recent"], RECENT_WINDOW)
@@ -128,23 +145,31 @@ class PgInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         """Deliveries matching ``flt``, newest first, below ``before_id`` (see ``Inspector.find``)."""
+        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
+        query = self.q["find_deliveries_dead"] if dead else self.q["find_deliveries"]
         async with self._readonly("listing deliveries") as conn:
-            rows = await conn.fetch(self.q["find_deliveries"], *filter_args(flt), before_id, limit)
+            rows = await conn.fetch(query, *filter_args(flt), before_id, limit)
         return rows_as(DeliveryRow, rows)
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         """How many deliveries match ``flt``, counting no further than ``cap + 1``."""
+        dead = flt.status == "dead"
+        query = self.q["count_deliveries_dead"] if dead else self.q["count_deliveries"]
         async with self._readonly("counting deliveries") as conn:
-            return int(await conn.fetchval(self.q["count_deliveries"], *filter_args(flt), cap + 1))
+            return int(await conn.fetchval(query, *filter_args(flt), cap + 1))
 
-    async def delivery_ids(self, flt: DeliveryFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+    async def delivery_ids(
+        self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
+    ) -> list[DeliveryId]:
         """Ids matching ``flt`` above ``after_id``, in id order (see ``Inspector.delivery_ids``).
 
         Dead letters are walked through their partial index, everything else
-        along the primary key.
+        along the primary key; a ``listing`` may be read from the replica.
         """
         query = self.q["delivery_ids_dead"] if flt.status == "dead" else self.q["delivery_ids"]
-        async with self.db.conn("listing delivery ids") as conn:
+        connect = self._read if listing else self.db.conn
+        async with connect("listing delivery ids") as conn, conn.transaction():
+            await conn.execute(self.q["inspect_custom_plans"])
             rows = await conn.fetch(query, *filter_args(flt), after_id, limit)
         return [DeliveryId(r["id"]) for r in rows]
 

@@ -23,10 +23,18 @@ class PgRetention:
     def __init__(self, db: PgDb) -> None:
         self.db = db
         self.q = db.q
+        self._lock_conn: Any = None
+        """The connection whose open transaction holds the lock (behind a transaction pooler)."""
 
     @contextlib.asynccontextmanager
     async def lock(self) -> AsyncIterator[bool]:
-        """Try to become the one pruner (a session advisory lock); yields False when another is."""
+        """Try to become the one pruner (an advisory lock); yields False when another is."""
+        locking = self._transaction_lock if self.db.transaction_pooler else self._session_lock
+        async with locking() as held:
+            yield held
+
+    @contextlib.asynccontextmanager
+    async def _session_lock(self) -> AsyncIterator[bool]:
         async with self.db.conn() as conn:
             held = bool(await conn.fetchval(self.q["prune_try_lock"], self.db.channel))
             try:
@@ -36,6 +44,21 @@ class PgRetention:
                     # Shielded: a pooled connection must never keep the lock after a cancel.
                     with anyio.CancelScope(shield=True):
                         await conn.fetchval(self.q["prune_unlock"], self.db.channel)
+
+    @contextlib.asynccontextmanager
+    async def _transaction_lock(self) -> AsyncIterator[bool]:
+        """Behind a transaction pooler: the lock in a transaction open for the pass.
+
+        The transaction is idle between batches with no snapshot, so it holds
+        back no vacuum; each batch touches it first (see ``prune_lock_touch``).
+        """
+        async with self.db.conn() as conn, conn.transaction():
+            held = bool(await conn.fetchval(self.q["prune_try_xact_lock"], self.db.channel))
+            self._lock_conn = conn if held else None
+            try:
+                yield held
+            finally:
+                self._lock_conn = None
 
     async def prune_batch(
         self,
@@ -61,6 +84,7 @@ class PgRetention:
             [o[2] for o in overrides],
             shortest_cutoff(completed_seconds, dead_seconds, overrides),
         )
+        await self._touch_lock()
         async with self.db.conn() as conn, conn.transaction():
             # Never queue behind (or in front of) another lock holder for long.
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
@@ -89,8 +113,14 @@ class PgRetention:
         last = (row["last_at"], row["last_machine"], row["last_key"]) if row["instances"] == limit else None
         return WorkflowBatch(last=last, instances=row["instances"], rows=row["rows"])
 
+    async def _touch_lock(self) -> None:
+        """Behind a transaction pooler, keep the lock's transaction from idling out (``prune_lock_touch``)."""
+        if self._lock_conn is not None:
+            await self._lock_conn.execute(self.q["prune_lock_touch"])
+
     async def _batch(self, sql: str, *args: Any) -> Any:
         """One batch statement in its own short transaction that never queues on a row lock for long."""
+        await self._touch_lock()
         async with self.db.conn() as conn, conn.transaction():
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
             return await conn.fetchrow(sql, *args)

@@ -18,10 +18,19 @@ from ...types import (
     WorkflowSignalRow,
 )
 from .._rows import row_as, rows_as
-from ..ports import OutgoingEvent, WorkflowFacts, WorkflowTransition, workflow_step
+from ..ports import (
+    EFFECT_JSON,
+    OutgoingEvent,
+    SignalResult,
+    WorkflowFacts,
+    WorkflowStart,
+    WorkflowTransition,
+    signal_target,
+    workflow_step,
+)
 from ._db import PgDb
 
-__all__ = ["PgWorkflows"]
+__all__ = ["PgWorkflows", "publish_steps", "start_on"]
 
 T = TypeVar("T")
 
@@ -61,7 +70,7 @@ def _batch_row(t: WorkflowTransition) -> list[Any]:
 
 
 async def _parts(
-    conn: Any, sql: str, machine: str, rows: list[Any], flag: str, cls: type[T]
+    conn: Any, sql: str, machine: str, rows: list[Any], flag: str, cls: type[T], json: tuple[str, ...] = ()
 ) -> dict[str, tuple[T, ...]]:
     """The rows of ``sql`` for the instances whose ``flag`` is set, grouped by key in order."""
     wanted = [r for r in rows if r[flag]]
@@ -69,8 +78,36 @@ async def _parts(
         return {}
     found: dict[str, list[T]] = {}
     for row in await conn.fetch(sql, machine, [r["key"] for r in wanted], [r["run_id"] for r in wanted]):
-        found.setdefault(row["key"], []).append(row_as(cls, row))
+        found.setdefault(row["key"], []).append(row_as(cls, row, json=json))
     return {key: tuple(parts) for key, parts in found.items()}
+
+
+async def publish_steps(db: PgDb, conn: Any, steps: list[OutgoingEvent]) -> None:
+    """Publish step events; a step due now first pulls its instance's delayed steps forward.
+
+    The step subscription keeps per-key FIFO order, so a tick still waiting
+    for its poll would otherwise hold back the step that wakes the instance.
+    The tick that comes first then runs (or, stale, does nothing) at once.
+    """
+    now = [s for s in steps if s.delay_seconds == 0]
+    if now:
+        await conn.execute(db.q["wf_hasten"], [s.event_type for s in now], [s.ordering_key for s in now])
+    await db.publish_on(conn, steps)
+
+
+async def start_on(db: PgDb, conn: Any, s: WorkflowStart) -> WorkflowInstance | None:
+    """Start the run ``s`` in the open transaction on ``conn``; None when it was refused.
+
+    Used by :meth:`PgWorkflows.start` and by a completion that starts runs.
+    """
+    row = await conn.fetchrow(db.q["wf_start"], s.machine, s.key, s.state, s.checkpoint, s.once)
+    if row is None:
+        if s.once:
+            await conn.execute(db.q["wf_keep"], s.machine, s.key)
+        return None
+    inst = instance_of(row)
+    await publish_steps(db, conn, [workflow_step(s.machine, s.key, inst.version, "start")])
+    return inst
 
 
 class PgWorkflows:
@@ -81,20 +118,18 @@ class PgWorkflows:
         self.q = db.q
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step."""
         async with self.db.tx() as conn:
-            row = await conn.fetchrow(self.q["wf_start"], machine, key, state, checkpoint)
-            if row is None:
+            inst = await start_on(self.db, conn, WorkflowStart(machine, key, state, checkpoint, once))
+            if inst is None:
                 found = await conn.fetchrow(self.q["wf_load"], machine, key)
                 return instance_of(found), False
-            inst = instance_of(row)
-            await self._publish_steps(conn, [workflow_step(machine, key, inst.version, "start")])
         return inst, True
 
     async def load(self, machine: str, key: str) -> WorkflowInstance | None:
-        """The pointer as committed, with whether open signals exist."""
+        """The pointer as committed, with whether its run has open signals."""
         async with self.db.conn() as conn:
             row = await conn.fetchrow(self.q["wf_load"], machine, key)
         return None if row is None else instance_of(row)
@@ -111,7 +146,7 @@ class PgWorkflows:
                 conn, q["wf_facts_approvals"], machine, rows, "has_approvals", WorkflowApprovalRow
             )
             effects = await _parts(
-                conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow
+                conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow, EFFECT_JSON
             )
         return {
             r["key"]: WorkflowFacts(
@@ -149,12 +184,13 @@ class PgWorkflows:
         if version is None:
             return None
         await self._ledger(conn, t, version)
-        if t.step is not None:
-            delay = t.step_delay
-            if delay > 0 and t.wake_on:
-                found = await conn.fetchval(self.q["wf_signal_waiting"], t.machine, t.key, list(t.wake_on))
-                delay = 0.0 if found else delay
-            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, t.step, delay)])
+        step, delay = t.step, t.step_delay
+        if t.wake_on and (step is None or delay > 0):
+            waiting = self.q["wf_signal_waiting"]
+            if await conn.fetchval(waiting, t.machine, t.key, list(t.wake_on), t.run_id):
+                step, delay = step or "wake", 0.0
+        if step is not None:
+            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, step, delay)])
         return int(version)
 
     async def _ledger(self, conn: Any, t: WorkflowTransition, version: int) -> None:
@@ -202,18 +238,7 @@ class PgWorkflows:
         return rows_as(WorkflowHistoryRow, rows)
 
     async def _publish_steps(self, conn: Any, steps: builtins.list[OutgoingEvent]) -> None:
-        """Publish step events; a step due now first pulls its instance's delayed steps forward.
-
-        The step subscription keeps per-key FIFO order, so a tick still waiting
-        for its poll would otherwise hold back the step that wakes the instance.
-        The tick that comes first then runs (or, stale, does nothing) at once.
-        """
-        now = [s for s in steps if s.delay_seconds == 0]
-        if now:
-            await conn.execute(
-                self.q["wf_hasten"], [s.event_type for s in now], [s.ordering_key for s in now]
-            )
-        await self.db.publish_on(conn, steps)
+        await publish_steps(self.db, conn, steps)
 
     async def signals(self, machine: str, key: str, open_only: bool) -> builtins.list[WorkflowSignalRow]:
         """Signals of an instance in arrival order (only unconsumed ones with ``open_only``)."""
@@ -229,17 +254,23 @@ class PgWorkflows:
         payload: bytes,
         dedupe: str | None,
         wake_states: Sequence[str],
-    ) -> bool:
-        """Store a signal and wake an instance waiting for it (see ``WorkflowStore.signal``)."""
+        run_id: int | None = None,
+    ) -> SignalResult:
+        """Store a signal for the live run and wake it if it waits (see ``WorkflowStore.signal``)."""
         async with self.db.tx() as conn:
             pointer = await conn.fetchrow(self.q["wf_lock"], machine, key)
-            new_id = await conn.fetchval(self.q["wf_signal_insert"], machine, key, name, dedupe, payload)
+            refused = signal_target(pointer, run_id)
+            if refused is not None:
+                return refused
+            new_id = await conn.fetchval(
+                self.q["wf_signal_insert"], machine, key, name, dedupe, payload, pointer["run_id"]
+            )
             if new_id is None:
-                return False
-            if pointer is not None and pointer["status"] == "waiting" and pointer["state"] in wake_states:
+                return "duplicate"
+            if pointer["status"] == "waiting" and pointer["state"] in wake_states:
                 step = workflow_step(machine, key, pointer["version"], f"signal-{new_id}")
                 await self._publish_steps(conn, [step])
-        return True
+        return "sent"
 
     async def approvals(self, machine: str, key: str) -> builtins.list[WorkflowApprovalRow]:
         """Every approval of an instance, oldest first."""
@@ -276,7 +307,7 @@ class PgWorkflows:
         """The effects recorded in one run, in the order they were recorded."""
         async with self.db.conn() as conn:
             rows = await conn.fetch(self.q["wf_effects"], machine, key, run_id)
-        return rows_as(WorkflowEffectRow, rows)
+        return rows_as(WorkflowEffectRow, rows, json=EFFECT_JSON)
 
     async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
         """Publish a step for overdue live instances whose tick was lost; return how many."""

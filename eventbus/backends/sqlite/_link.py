@@ -38,6 +38,7 @@ __all__ = [
     "Queries",
     "checkpoint",
     "configure",
+    "connection_thread",
     "enable_wal",
     "file_size",
     "is_busy",
@@ -230,6 +231,25 @@ def run_on_connection_thread(db: aiosqlite.Connection, fn: Callable[[sqlite3.Con
     return execute(fn, db._conn)
 
 
+def connection_thread(db: aiosqlite.Connection) -> threading.Thread:
+    """The thread aiosqlite runs ``db`` on (an attribute since 0.22, the connection itself before)."""
+    thread = getattr(db, "_thread", db)
+    if not isinstance(thread, threading.Thread):
+        raise TypeError(f"aiosqlite {aiosqlite.__version__}: cannot find the connection's thread")
+    return thread
+
+
+async def _joined(db: aiosqlite.Connection) -> None:
+    """Wait for the thread of a connection that failed to open to end.
+
+    aiosqlite stops that thread without waiting for it; left running, it
+    reports to an event loop that may be closed by then (``eventbus migrate``
+    on a path that cannot be opened exits with a thread's traceback).
+    """
+    with anyio.CancelScope(shield=True):
+        await anyio.to_thread.run_sync(connection_thread(db).join)
+
+
 class Link:
     """One aiosqlite connection. Its own thread runs each unit of work whole.
 
@@ -249,14 +269,19 @@ class Link:
 
     @classmethod
     async def open(cls, path: str, synchronous: str, busy_timeout_ms: int, deadline_seconds: float) -> Link:
-        with translate_errors():
-            db = await aiosqlite.connect(
-                path,
-                timeout=min(busy_timeout_ms, BUSY_SLICE_MS) / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-                cached_statements=256,
-            )
+        connecting = aiosqlite.connect(
+            path,
+            timeout=min(busy_timeout_ms, BUSY_SLICE_MS) / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+        )
+        try:
+            with translate_errors():
+                db = await connecting
+        except BaseException:
+            await _joined(connecting)
+            raise
         link = cls(db, deadline_seconds)
         try:
             await link.run(functools.partial(configure, synchronous=synchronous))

@@ -56,12 +56,16 @@ def publish(
     fanout: list[dict[str, Any]] = []
     inserted: set[str] = set()
     for e in events:
+        kept = _kept_id(conn, q, e) if e.keep_key else None
+        if kept is not None:
+            results.append(PublishResult(kept, duplicate=True))
+            continue
         found = rows(conn, q["publish"], _event_params(e, now))
         if not found:
-            results.append(PublishResult(_existing_id(conn, q, e), duplicate=True))
+            results.append(_keep(conn, q, now, e, PublishResult(_existing_id(conn, q, e), duplicate=True)))
             continue
         event_id, deliver_at = int(found[0][0]), float(found[0][1])
-        results.append(PublishResult(EventId(event_id), duplicate=False))
+        results.append(_keep(conn, q, now, e, PublishResult(EventId(event_id), duplicate=False)))
         inserted.add(e.event_type)
         fanout.extend(
             {
@@ -76,6 +80,22 @@ def publish(
     if fanout:
         conn.executemany(q["fanout"], fanout)
     return results, inserted
+
+
+def _kept_id(conn: sqlite3.Connection, q: Queries, e: OutgoingEvent) -> EventId | None:
+    """The event that took ``e``'s key for good, if one did."""
+    found = rows(conn, q["kept_key"], {"event_type": e.event_type, "key": e.key})
+    return EventId(int(found[0][0])) if found else None
+
+
+def _keep(
+    conn: sqlite3.Connection, q: Queries, now: float, e: OutgoingEvent, result: PublishResult
+) -> PublishResult:
+    """Keep ``e``'s key for good (``once=True``) with the event that holds it; return ``result``."""
+    if e.keep_key:
+        params = {"event_type": e.event_type, "key": e.key, "event_id": result.event_id, "now": now}
+        conn.execute(q["keep_key"], params)
+    return result
 
 
 def _subscribers(

@@ -12,18 +12,23 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
+
 from ...errors import RegistrationError
 from ...types import DeliveryId, EventId, PublishResult
+from .._workers import lost_workers, rescues_of
 from ..base import (
     ClaimedDelivery,
     Completion,
     Failure,
     LeaseKey,
     OutgoingEvent,
+    Rescue,
     SubscriptionSpec,
     decode_headers,
     warn_not_active,
@@ -31,6 +36,7 @@ from ..base import (
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import Row, event_types_of, ids_json, publish, rows, to_time
+from .workflows import start_on
 
 __all__ = ["SQLiteDeliveries"]
 
@@ -117,6 +123,20 @@ class SQLiteDeliveries:
         moved, types = recovered
         self._db.wake(types)  # other processes see the commit (data_version)
         return moved
+
+    async def rescue(self, silent_seconds: float, limit: int = 1000) -> list[Rescue]:
+        """Take back the processing deliveries of lost workers (see ``DeliveryStore.rescue``).
+
+        The candidates are read without the file's write lock; only a rescue takes it.
+        """
+        host = socket.gethostname()
+        params = {"silent": silent_seconds, "hostname": host, "now": time.time()}
+        lost = lost_workers(await self._db.fetch("lost_worker_candidates", params), silent_seconds, host)
+        if not lost:
+            return []
+        taken, types = await self._db.write(rescue, sorted(lost), limit)
+        self._db.wake(types)
+        return rescues_of(lost, taken)
 
     async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         found = await self._db.fetch("next_run_in", {"subscription_id": subscription_id})
@@ -233,21 +253,23 @@ def claim(
 def complete(
     conn: sqlite3.Connection, q: Queries, now: float, completions: Sequence[Completion]
 ) -> tuple[set[LeaseKey], set[str]]:
-    """Complete owned deliveries and publish their follow-ups in the same transaction.
+    """Complete owned deliveries, publish their follow-ups and start their runs in the same transaction.
 
-    Follow-ups are kept by (delivery, token): a stale run of a delivery whose
-    fresh run completes in the same batch adds none. Returns the leases applied
-    and the event types the follow-ups wake.
+    Follow-ups and starts are kept by (delivery, token): a stale run of a
+    delivery whose fresh run completes in the same batch adds none. Returns
+    the leases applied and the event types the follow-ups and starts wake.
     """
     done: set[LeaseKey] = set()
     for c in completions:
         params = {"id": c.delivery_id, "lease_token": c.lease_token, "now": now}
         if rows(conn, q["complete"], params):
             done.add((c.delivery_id, c.lease_token))
+    types: set[str] = set()
     follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
-    if not follow_ups:
-        return done, set()
-    _results, types = publish(conn, q, now, follow_ups)
+    if follow_ups:
+        types |= publish(conn, q, now, follow_ups)[1]
+    for start in (s for c in completions if c.starts and c.lease in done for s in c.starts):
+        types |= start_on(conn, q, now, start)[1]
     return done, types
 
 
@@ -322,6 +344,28 @@ def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int
         ],
     )
     return len(recovered), event_types_of(conn, q, {int(r["subscription_id"]) for r in recovered})
+
+
+def rescue(
+    conn: sqlite3.Connection, q: Queries, now: float, worker_ids: list[str], limit: int
+) -> tuple[dict[str, int], set[str]]:
+    """The processing deliveries of ``worker_ids``, as :func:`recover_expired` moves expired ones.
+
+    Returns how many were taken from each worker and the event types to wake.
+    """
+    taken = rows(conn, q["rescue"], {"ids": orjson.dumps(worker_ids).decode(), "limit": limit, "now": now})
+    conn.executemany(
+        q["rescue_record"],
+        [
+            {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"], "now": now}
+            for r in taken
+        ],
+    )
+    counts: dict[str, int] = {}
+    for r in taken:
+        counts[r["worker_id"]] = counts.get(r["worker_id"], 0) + 1
+    conn.executemany(q["rescue_count"], [{"id": i, "n": n} for i, n in counts.items()])
+    return counts, event_types_of(conn, q, {int(r["subscription_id"]) for r in taken})
 
 
 def worker_beat(

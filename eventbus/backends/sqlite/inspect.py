@@ -76,17 +76,23 @@ class SQLiteInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         params = {**filter_params(flt, before_id), "limit": limit}
-        return rows_as(DeliveryRow, await self._bounded(self._db.q["find_deliveries"], params))
+        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
+        query = self._db.q["find_deliveries_dead"] if dead else self._db.q["find_deliveries"]
+        return rows_as(DeliveryRow, await self._bounded(query, params))
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         params = {**filter_params(flt), "cap": cap + 1}
-        return int((await self._bounded(self._db.q["count_deliveries"], params))[0][0])
+        dead = flt.status == "dead"
+        query = self._db.q["count_deliveries_dead"] if dead else self._db.q["count_deliveries"]
+        return int((await self._bounded(query, params))[0][0])
 
     async def event(self, event_id: int) -> EventView:
         q = self._db.q
         return await self._db.read(bounded(lambda c: _event(c, q, event_id)))
 
-    async def delivery_ids(self, flt: DeliveryFilter, limit: int, after_id: int = 0) -> list[DeliveryId]:
+    async def delivery_ids(
+        self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
+    ) -> list[DeliveryId]:
         params = {**filter_params(flt), "after_id": after_id, "limit": limit}
         found = await self._db.fetch("delivery_ids_dead" if flt.status == "dead" else "delivery_ids", params)
         return [DeliveryId(int(r[0])) for r in found]

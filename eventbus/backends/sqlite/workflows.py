@@ -22,7 +22,16 @@ from ...types import (
     WorkflowSignalRow,
 )
 from .._rows import row_as, rows_as
-from ..base import OutgoingEvent, WorkflowFacts, WorkflowTransition, workflow_step
+from ..ports import (
+    EFFECT_JSON,
+    OutgoingEvent,
+    SignalResult,
+    WorkflowFacts,
+    WorkflowStart,
+    WorkflowTransition,
+    signal_target,
+    workflow_step,
+)
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import publish
@@ -40,9 +49,11 @@ class SQLiteWorkflows:
         self._db = db
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
     ) -> tuple[WorkflowInstance, bool]:
-        inst, started, types = await self._db.write(start, machine, key, state, checkpoint)
+        inst, started, types = await self._db.write(
+            start, WorkflowStart(machine, key, state, checkpoint, once)
+        )
         self._db.wake(types)
         return inst, started
 
@@ -89,11 +100,12 @@ class SQLiteWorkflows:
         payload: bytes,
         dedupe: str | None,
         wake_states: Sequence[str],
-    ) -> bool:
+        run_id: int | None = None,
+    ) -> SignalResult:
         params = {"machine": machine, "key": key, "name": name, "dedupe": dedupe, "payload": payload}
-        inserted, types = await self._db.write(signal, params, list(wake_states))
+        result, types = await self._db.write(signal, params, list(wake_states), run_id)
         self._db.wake(types)
-        return inserted
+        return result
 
     async def approvals(self, machine: str, key: str) -> list[WorkflowApprovalRow]:
         found = await self._db.fetch("wf_approvals", {"machine": machine, "key": key})
@@ -113,7 +125,7 @@ class SQLiteWorkflows:
 
     async def effects(self, machine: str, key: str, run_id: int) -> list[WorkflowEffectRow]:
         params = {"machine": machine, "key": key, "run_id": run_id}
-        return rows_as(WorkflowEffectRow, await self._db.fetch("wf_effects", params))
+        return rows_as(WorkflowEffectRow, await self._db.fetch("wf_effects", params), json=EFFECT_JSON)
 
     async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
         count, types = await self._db.write(sweep, machine, grace_seconds, limit)
@@ -131,7 +143,9 @@ def read_facts(conn: sqlite3.Connection, q: Queries, params: dict[str, Any]) -> 
     machine = params["machine"]
     signals = _parts(conn, q["wf_facts_signals"], machine, rows, "has_signals", WorkflowSignalRow)
     approvals = _parts(conn, q["wf_facts_approvals"], machine, rows, "has_approvals", WorkflowApprovalRow)
-    effects = _parts(conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow)
+    effects = _parts(
+        conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow, EFFECT_JSON
+    )
     return {
         r["key"]: WorkflowFacts(
             instance_of(r), signals.get(r["key"], ()), approvals.get(r["key"], ()), effects.get(r["key"], ())
@@ -141,7 +155,13 @@ def read_facts(conn: sqlite3.Connection, q: Queries, params: dict[str, Any]) -> 
 
 
 def _parts(
-    conn: sqlite3.Connection, sql: str, machine: str, rows: list[Row], flag: str, cls: type[T]
+    conn: sqlite3.Connection,
+    sql: str,
+    machine: str,
+    rows: list[Row],
+    flag: str,
+    cls: type[T],
+    json: tuple[str, ...] = (),
 ) -> dict[str, tuple[T, ...]]:
     """The rows of ``sql`` for the instances whose ``flag`` is set, grouped by key in order."""
     wanted = [[r["key"], r["run_id"]] for r in rows if r[flag]]
@@ -149,7 +169,7 @@ def _parts(
         return {}
     found: dict[str, list[T]] = {}
     for row in conn.execute(sql, {"machine": machine, "runs": orjson.dumps(wanted).decode()}).fetchall():
-        found.setdefault(row["key"], []).append(row_as(cls, row))
+        found.setdefault(row["key"], []).append(row_as(cls, row, json=json))
     return {key: tuple(parts) for key, parts in found.items()}
 
 
@@ -174,16 +194,35 @@ def _params(t: WorkflowTransition, now: float) -> dict[str, Any]:
 
 
 def start(
-    conn: sqlite3.Connection, q: Queries, now: float, machine: str, key: str, state: str, checkpoint: bytes
+    conn: sqlite3.Connection, q: Queries, now: float, s: WorkflowStart
 ) -> tuple[WorkflowInstance, bool, set[str]]:
-    params = {"machine": machine, "key": key, "state": state, "checkpoint": checkpoint, "now": now}
+    """Start the run ``s``; the instance as it is, whether it started, and the types woken."""
+    inst, types = start_on(conn, q, now, s)
+    if inst is None:
+        found = conn.execute(q["wf_load"], {"machine": s.machine, "key": s.key, "now": now}).fetchone()
+        return instance_of(found), False, set()
+    return inst, True, types
+
+
+def start_on(
+    conn: sqlite3.Connection, q: Queries, now: float, s: WorkflowStart
+) -> tuple[WorkflowInstance | None, set[str]]:
+    """Start the run ``s`` in the open write transaction (None when refused) and publish its step.
+
+    Used by :meth:`SQLiteWorkflows.start` and by a completion that starts runs.
+    """
+    params = {
+        "machine": s.machine, "key": s.key, "state": s.state, "checkpoint": s.checkpoint,
+        "once": int(s.once), "now": now,
+    }  # fmt: skip
     rows = conn.execute(q["wf_start"], params).fetchall()
     if not rows:
-        found = conn.execute(q["wf_load"], params).fetchone()
-        return instance_of(found), False, set()
+        if s.once:
+            conn.execute(q["wf_keep"], params)
+        return None, set()
     inst = instance_of(rows[0])
-    _, types = publish_steps(conn, q, now, [workflow_step(machine, key, inst.version, "start")])
-    return inst, True, types
+    _, types = publish_steps(conn, q, now, [workflow_step(s.machine, s.key, inst.version, "start")])
+    return inst, types
 
 
 def commit_many(
@@ -209,14 +248,14 @@ def commit(
     version, run_id = int(moved[0][0]), int(moved[0][1])
     conn.execute(q["wf_history_insert"], {**params, "version": version, "run_id": run_id})
     _ledger(conn, q, now, t, version)
-    if t.step is None:
+    step, delay = t.step, t.step_delay
+    if t.wake_on and (step is None or delay > 0):
+        found = {**params, "names": orjson.dumps(list(t.wake_on)).decode(), "run_id": t.run_id}
+        if conn.execute(q["wf_signal_waiting"], found).fetchone()[0]:
+            step, delay = step or "wake", 0.0
+    if step is None:
         return version, set()
-    delay = t.step_delay
-    if delay > 0 and t.wake_on:
-        names = orjson.dumps(list(t.wake_on)).decode()
-        found = conn.execute(q["wf_signal_waiting"], {**params, "names": names}).fetchone()[0]
-        delay = 0.0 if found else delay
-    _, types = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, t.step, delay)])
+    _, types = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, step, delay)])
     return version, types
 
 
@@ -262,17 +301,21 @@ def signal(
     now: float,
     params: dict[str, Any],
     wake_states: Sequence[str],
-) -> tuple[bool, set[str]]:
-    params = {**params, "now": now}
+    run_id: int | None,
+) -> tuple[SignalResult, set[str]]:
     pointer = conn.execute(q["wf_lock"], params).fetchone()
+    refused = signal_target(pointer, run_id)
+    if refused is not None:
+        return refused, set()
+    params = {**params, "now": now, "run_id": pointer["run_id"]}
     inserted = conn.execute(q["wf_signal_insert"], params).fetchall()
     if not inserted:
-        return False, set()
-    if pointer is None or pointer["status"] != "waiting" or pointer["state"] not in wake_states:
-        return True, set()
+        return "duplicate", set()
+    if pointer["status"] != "waiting" or pointer["state"] not in wake_states:
+        return "sent", set()
     step = workflow_step(params["machine"], params["key"], pointer["version"], f"signal-{inserted[0][0]}")
     _, types = publish_steps(conn, q, now, [step])
-    return True, types
+    return "sent", types
 
 
 def publish_steps(

@@ -21,7 +21,7 @@
           if (fresh && !busy(panel)) panel.innerHTML = fresh.innerHTML;
         });
         var stamp = document.getElementById("live-stamp");
-        if (stamp) stamp.textContent = "updated " + new Date().toLocaleTimeString();
+        if (stamp) stamp.textContent = "updated " + new Date().toISOString().slice(11, 19);  // UTC, as the page
       })
       .catch(function () {});
   }

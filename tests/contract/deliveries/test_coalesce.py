@@ -83,7 +83,7 @@ async def _refuse_key(target: Target, key: str) -> None:
                 "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"
             )
         return
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         await conn.execute(
             f"""CREATE FUNCTION "{target.schema}".refuse() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -149,7 +149,7 @@ async def test_a_cancelled_waiting_publish_is_not_sent(bus: Bus) -> None:
 @pytest.mark.parametrize("backend_kind", ["postgres"], indirect=True)
 async def test_connection_publishes_stay_in_the_callers_transaction(bus: Bus, target: Target) -> None:
     recorded = Recorded(bus)
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         tx = conn.transaction()
         await tx.start()

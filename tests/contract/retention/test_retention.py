@@ -261,7 +261,7 @@ async def test_pg_prune_during_a_backfill_keeps_the_events_it_backfills(pg_targe
 async def _age_instances(target: Target, seconds: float) -> None:
     """Move every workflow instance's last change ``seconds`` into the past, as time passing would."""
     if target.kind == "postgres":
-        conn = await asyncpg.connect(target.dsn)
+        conn = await asyncpg.connect(target.direct_dsn)
         try:
             table = f'"{target.schema}".wf_instances'
             await conn.execute(

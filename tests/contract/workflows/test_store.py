@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from eventbus import Bus
 from eventbus.backends.base import (
     WorkflowApprovalRequest,
@@ -70,3 +72,26 @@ async def test_facts_read_the_pointers_with_what_is_open_for_their_runs(bus: Bus
     assert [s.payload for s in (await store.facts("store", ["y"]))["y"].signals] == [b"2"], (
         "a consumed signal is no longer open"
     )
+
+
+async def test_a_signal_is_stored_for_the_live_run_only(bus: Bus) -> None:
+    store = bus.backend.workflows
+    assert await store.signal("store", "none", "go", b"1", None, []) == "missing"
+    await store.start("store", "k", "A", b"{}")
+    assert await store.signal("store", "k", "go", b"1", "id-1", []) == "sent"
+    assert await store.signal("store", "k", "go", b"1", "id-1", [], 1) == "duplicate"
+    assert await store.signal("store", "k", "go", b"1", None, [], 2) == "missing"
+    ended = move("k", 1)
+    ended = msgspec.structs.replace(ended, state="DONE", status="completed")
+    assert await store.commit(ended) == 2
+    assert await store.signal("store", "k", "go", b"2", None, []) == "ended"
+    again, started = await store.start("store", "k", "A", b"{}")
+    assert started and again.run_id == 2 and not again.has_signals
+    assert await store.signal("store", "k", "go", b"3", None, [], 1) == "ended"
+    assert await store.signal("store", "k", "go", b"3", "id-1", []) == "sent", "dedupe is per run"
+    facts = (await store.facts("store", ["k"]))["k"]
+    assert facts.instance.has_signals and [(s.run_id, s.payload) for s in facts.signals] == [(2, b"3")]
+    assert [(s.run_id, s.dedupe) for s in await store.signals("store", "k", False)] == [
+        (1, "id-1"),
+        (2, "id-1"),
+    ]

@@ -45,7 +45,7 @@ async def prepare(target: Target) -> None:
     finally:
         await bus.aclose()
     s = f'"{target.schema}"'
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         await conn.execute(f"""
             CREATE TABLE {s}.handler_runs (

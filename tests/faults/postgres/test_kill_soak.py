@@ -172,22 +172,23 @@ async def test_kill_soak(fault_target, procs, db, pg_dsn, tmp_path) -> None:
     soak_seconds = time.monotonic() - started
     await _check_invariants(db, s)
 
-    # Kill-to-reclaim: each row a killed worker held (recovered by lease expiry,
-    # attributed to it in delivery_attempts) until it was claimed again.
+    # Kill-to-reclaim: each row a killed worker held (taken back by a rescue or by
+    # lease expiry, attributed to it in delivery_attempts) until it was claimed again.
     reclaim: list[float] = []
     for wid, at in kills:
         rows = await db.fetch(
             f"SELECT extract(epoch FROM min(t.at) - $2)::float8 AS seconds "
             f'FROM "{s}".delivery_attempts a JOIN "{s}".transitions t '
             "ON t.delivery_id = a.delivery_id AND t.new_status = 'processing' AND t.at > $2 "
-            "WHERE a.error_type = 'LeaseExpired' AND a.worker_id = $1 GROUP BY a.delivery_id",
+            "WHERE a.error_type IN ('LeaseExpired', 'WorkerLost') AND a.worker_id = $1 "
+            "GROUP BY a.delivery_id",
             wid,
             at,
         )
         reclaim += [r["seconds"] for r in rows]
     dead = await db.fetchval(f"SELECT count(*) FROM \"{s}\".deliveries WHERE status = 'dead'")
     orphans = await db.fetchval(
-        f"SELECT count(*) FROM \"{s}\".delivery_attempts WHERE error_type = 'LeaseExpired'"
+        f"SELECT count(*) FROM \"{s}\".delivery_attempts WHERE error_type IN ('LeaseExpired', 'WorkerLost')"
     )
     assert reclaim, "no orphaned rows were recorded; the kills hit idle workers only"
     soak_rate, soak_elapsed, done = await _throughput(db, s)

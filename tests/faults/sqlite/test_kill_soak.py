@@ -172,7 +172,9 @@ def test_kill_soak_four_workers_one_file(tmp_path: Path) -> None:
     missing = [d for d, attempt in completed.items() if (d, attempt) not in ended]
     assert missing == [], f"{len(missing)} completed deliveries without a handler end"
     reruns = Counter(r.delivery_id for r in runs if r.phase == "start")
-    orphaned = scalar(db, "SELECT count(*) FROM delivery_attempts WHERE error_type = 'LeaseExpired'")
+    orphaned = scalar(
+        db, "SELECT count(*) FROM delivery_attempts WHERE error_type IN ('LeaseExpired', 'WorkerLost')"
+    )
     assert orphaned > 0, "no kill left a claimed delivery behind"
     print(
         f"\nsqlite kill soak: {KILLS} SIGKILLs ({in_lock} while holding the write lock), "

@@ -18,7 +18,7 @@ def sqlite_path(target: Target) -> str:
 
 
 async def _pg(target: Target, query: str, *args: Any) -> list[Any]:
-    conn = await asyncpg.connect(target.dsn)
+    conn = await asyncpg.connect(target.direct_dsn)
     try:
         await conn.execute(f'SET search_path TO "{target.schema}"')
         return list(await conn.fetch(query, *args))

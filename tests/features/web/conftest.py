@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import httpx
@@ -13,7 +14,8 @@ from eventbus.web import create_app
 from ._data import seed
 
 TOKEN = "s3cret-token"
-ORIGIN = "http://testserver"
+ORIGIN = "http://localhost"
+OPERATOR = "alice"
 
 
 @pytest.fixture
@@ -39,3 +41,13 @@ async def rw(seeded: Bus) -> AsyncIterator[httpx.AsyncClient]:
     """Actions allowed with the token."""
     async with client_of(seeded, TOKEN) as client:
         yield client
+
+
+async def unlock(client: httpx.AsyncClient, operator: str = OPERATOR) -> str:
+    """Unlock ``client`` as a browser does (the token and a name); return the value its forms carry."""
+    r = await client.post("/unlock", data={"token": TOKEN, "operator": operator}, headers={"Origin": ORIGIN})
+    assert r.status_code == 303, r.text
+    page = await client.get("/dead")
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found is not None, page.text
+    return found.group(1)

@@ -23,7 +23,7 @@ from eventbus.types import DeliveryFilter
 
 from ...support.processes import ProcessGroup
 from ._data import drain_orders, pay, state
-from .conftest import TOKEN
+from .conftest import OPERATOR, TOKEN
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -94,6 +94,8 @@ async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_ki
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # A script or style the security policy blocked shows as a console error.
+    page.on("console", lambda msg: errors.append(msg.text) if "Content Security Policy" in msg.text else None)
     (dead, *_) = await seeded.find_deliveries(DeliveryFilter(status="dead"))
     pages = {
         "overview": ("/", "Subscriptions"),
@@ -113,6 +115,8 @@ async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_ki
         await _shot(page, name, backend_kind)
     assert errors == []
     await expect(page.locator("#live-dot")).to_have_class(re.compile("on"))
+    # The refresh stamp is UTC, as every time on the page: 04:05:06, not the browser's 4:05:06 AM.
+    await expect(page.locator("#live-stamp")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d$"))
 
 
 async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, seeded: Bus) -> None:
@@ -131,6 +135,7 @@ async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backe
     base = await serve(TOKEN)
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
     await page.goto(base + "/dead?subscription=charge")
+    await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
     await page.click("text=Unlock")
     await expect(page.locator(".flash")).to_contain_text("actions unlocked")
@@ -150,6 +155,7 @@ async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> 
     base = await serve(TOKEN)
     page = await browser.new_page()
     await page.goto(base + "/machines/pay/instances/c-1")
+    await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
     await page.click("text=Unlock")
     await page.goto(base + "/machines/pay/instances/c-1")
@@ -157,7 +163,42 @@ async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> 
     await page.click("button:text('Approve')")
     await expect(page.locator(".flash")).to_contain_text("approved")
     (row,) = await seeded.workflows.approvals(pay, "c-1")
-    assert row.status == "approved" and row.reason == "ok by me" and row.decided_by == "dashboard@127.0.0.1"
+    assert row.status == "approved" and row.reason == "ok by me" and row.decided_by == OPERATOR
+
+
+async def test_pages_fit_a_phone_screen(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+    """At 390 px wide the page never scrolls sideways: wide tables scroll inside their cards."""
+    base = await serve(TOKEN)
+    page = await browser.new_page(viewport={"width": 390, "height": 844})
+    (dead, *_) = await seeded.find_deliveries(DeliveryFilter(status="dead"))
+    await page.goto(base + "/")
+    await page.fill("input[name=operator]", OPERATOR)
+    await page.fill("input[name=token]", TOKEN)
+    await page.click("text=Unlock")
+    await expect(page.locator("#operator")).to_have_text(OPERATOR)
+    event = f"/events/{dead.event_id}"
+    for path in ["/", "/deliveries", "/dead", event, "/machines/pay/instances/c-1", "/schedules"]:
+        await page.goto(base + path)
+        sizes = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        await _shot(page, "phone" + path.replace("/", "-").rstrip("-"), backend_kind)
+        assert sizes[0] <= sizes[1], (path, sizes)
+
+
+async def test_lock_in_the_browser(browser: Browser, serve, seeded: Bus) -> None:
+    base = await serve(TOKEN)
+    page = await browser.new_page()
+    await page.goto(base + "/dead")
+    await page.fill("input[name=operator]", OPERATOR)
+    await page.fill("input[name=token]", TOKEN)
+    await page.click("text=Unlock")
+    await page.goto(base + "/dead")
+    await expect(page.locator("text=Purge all matching…")).to_have_count(1)
+    assert TOKEN not in await page.content()
+    await page.click("button:text('Lock')")
+    await expect(page.locator(".flash")).to_contain_text("locked")
+    await page.goto(base + "/dead")
+    await expect(page.locator("text=Purge all matching…")).to_have_count(0)
+    await expect(page.locator("input[name=token]")).to_have_count(1)
 
 
 async def test_read_only_in_the_browser(browser: Browser, serve, seeded: Bus) -> None:

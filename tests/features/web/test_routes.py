@@ -12,12 +12,11 @@ import pytest
 from eventbus import Bus, Worker
 from eventbus.types import DeliveryFilter
 from eventbus.web import create_app
-from eventbus.web._guard import COOKIE
 
 from ...support.helpers import OrderPlaced
 from ..workflows._support import finish
 from ._data import drain_orders, pay, state
-from .conftest import ORIGIN, TOKEN
+from .conftest import OPERATOR, ORIGIN, TOKEN, unlock
 
 PAGES = [
     "/",
@@ -86,7 +85,7 @@ async def test_event_page_shows_the_causation_chain(ro: httpx.AsyncClient, seede
     assert chain is not None
     order = re.findall(r"(test\.\w+) #", chain.group(1))
     assert order == ["test.order_placed", "test.payment_requested", "test.shipped"]
-    assert "margin-left: 3.0rem" in chain.group(1)  # the grandchild is indented twice
+    assert '<li class="depth-2">' in chain.group(1)  # the grandchild is indented twice
 
 
 async def test_deliveries_page_counts_past_a_cap_and_pages_by_cursor(seeded: Bus) -> None:
@@ -154,11 +153,12 @@ async def test_approval_through_the_dashboard(rw: httpx.AsyncClient, seeded: Bus
     approval = re.search(r'action="/approvals/(\d+)/approve"', page.text)
     assert approval is None, "no form before the browser is unlocked"
     (row,) = await seeded.workflows.approvals(pay, "c-1")
-    r = await _post(rw, f"/approvals/{row.id}/approve", {"token": TOKEN, "reason": "looks fine"})
+    csrf = await unlock(rw)
+    r = await _post(rw, f"/approvals/{row.id}/approve", {"csrf": csrf, "reason": "looks fine"})
     assert r.status_code == 303
     (row,) = await seeded.workflows.approvals(pay, "c-1")
-    assert row.status == "approved" and row.decided_by == "dashboard@127.0.0.1" and row.reason == "looks fine"
-    again = await _post(rw, f"/approvals/{row.id}/approve", {"token": TOKEN})
+    assert row.status == "approved" and row.decided_by == OPERATOR and row.reason == "looks fine"
+    again = await _post(rw, f"/approvals/{row.id}/approve", {"csrf": csrf})
     assert again.status_code == 400 and "GuardMismatch" in again.text  # a decision is made once
     await finish(seeded, pay, ["c-1"])
     assert (await seeded.workflows.instance(pay, "c-1")).state == "DONE"
@@ -180,7 +180,7 @@ async def test_repoint_and_schedule_and_subscription_actions(rw: httpx.AsyncClie
 async def test_cancel_selected_pending_deliveries(rw: httpx.AsyncClient, seeded: Bus) -> None:
     later = await seeded.publish(OrderPlaced(order_id="later"), delay=3600)
     (pending,) = await seeded.find_deliveries(DeliveryFilter(event_id=later.event_id))
-    rw.cookies.set(COOKIE, TOKEN)
+    await unlock(rw)
     page = await rw.get("/deliveries?status=pending")
     assert 'action="/deliveries/cancel"' in page.text and f'value="{pending.id}"' in page.text
     (done,) = await seeded.find_deliveries(DeliveryFilter(status="completed"), limit=1)
@@ -193,10 +193,10 @@ async def test_cancel_selected_pending_deliveries(rw: httpx.AsyncClient, seeded:
 
 
 async def test_pause_resume_and_cancel_an_instance(rw: httpx.AsyncClient, seeded: Bus) -> None:
-    rw.cookies.set(COOKIE, TOKEN)  # an unlocked browser: the page renders its forms
+    csrf = await unlock(rw)  # an unlocked browser: the page renders its forms
     page = await rw.get("/machines/pay/instances/c-1")
     assert "/instances/c-1/pause" in page.text and "/instances/c-1/resume" not in page.text
-    form = {"token": TOKEN, "reason": "hold on"}
+    form = {"csrf": csrf, "reason": "hold on"}
     assert (await _post(rw, "/machines/pay/instances/c-1/pause", form)).status_code == 303
     assert (await seeded.workflows.instance(pay, "c-1")).status == "paused"
     page = await rw.get("/machines/pay/instances/c-1")
@@ -208,7 +208,7 @@ async def test_pause_resume_and_cancel_an_instance(rw: httpx.AsyncClient, seeded
     assert inst.status == "cancelled"
     history = await seeded.workflows.history(pay, "c-1")
     assert [r.reason for r in history[-3:]] == ["hold on"] * 3
-    assert all(r.actor == "operator:dashboard@127.0.0.1" for r in history[-3:])
+    assert all(r.actor == f"operator:{OPERATOR}" for r in history[-3:])
 
 
 async def test_read_only_refuses_every_action(ro: httpx.AsyncClient, seeded: Bus) -> None:
@@ -243,12 +243,13 @@ async def test_actions_need_the_token_and_the_same_origin(rw: httpx.AsyncClient,
     assert header.status_code == 303 and await _dead_ids(seeded) == []
 
 
-async def test_unlock_puts_the_token_in_this_browsers_forms(rw: httpx.AsyncClient) -> None:
-    assert (await _post(rw, "/unlock", {"token": "wrong"})).status_code == 403
-    r = await _post(rw, "/unlock", {"token": TOKEN})
+async def test_unlock_puts_a_session_value_not_the_token_in_forms(rw: httpx.AsyncClient) -> None:
+    assert (await _post(rw, "/unlock", {"token": "wrong", "operator": OPERATOR})).status_code == 403
+    r = await _post(rw, "/unlock", {"token": TOKEN, "operator": OPERATOR})
     assert r.status_code == 303 and "httponly" in r.headers["set-cookie"].lower()
+    assert TOKEN not in r.headers["set-cookie"]
     page = await rw.get("/dead")
-    assert f'name="token" value="{TOKEN}"' in page.text and "Purge all matching" in page.text
+    assert TOKEN not in page.text and 'name="csrf"' in page.text and "Purge all matching" in page.text
 
 
 async def test_live_stream_says_refresh_when_counts_change(seeded: Bus) -> None:

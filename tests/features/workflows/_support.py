@@ -59,3 +59,18 @@ async def step_deliveries(bus: Bus, machine: str, key: str) -> dict[str, list[in
     for delivery_id, status in pairs:
         out.setdefault(status, []).append(delivery_id)
     return out
+
+
+async def expire_approval(bus: Bus, approval_id: int) -> None:
+    """Move an approval's expiry into the past, as if its timeout had run out (straight in the table)."""
+    backend: Any = bus.backend
+    if bus.backend.kind == "postgres":
+        async with backend.db.conn() as conn:
+            await conn.execute(
+                f"UPDATE \"{backend.schema_name}\".wf_approvals SET expires_at = now() - interval '1 second' "
+                "WHERE id = $1",
+                approval_id,
+            )
+        return
+    sql = "UPDATE wf_approvals SET expires_at = ? WHERE id = ?"
+    await backend.db.write(lambda conn, q, now: conn.execute(sql, (now - 1, approval_id)))

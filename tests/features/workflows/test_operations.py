@@ -22,7 +22,7 @@ class Task(msgspec.Struct):
 
 gates: dict[str, anyio.Event] = {}
 entered: dict[str, anyio.Event] = {}
-undone: list[tuple[str, str]] = []
+undone: list[tuple[str, str, object]] = []
 
 ops = Machine("ops", checkpoint=Task, key=lambda c: c.key, compensation_retry_seconds=0.05)
 
@@ -72,12 +72,12 @@ ops.terminal("DONE")
 async def refund(c: Task, effect: WorkflowEffectRow, ctx: StepContext) -> None:
     if c.key.startswith("fx-stuck"):
         raise ConnectionError("payment provider unreachable")
-    undone.append((c.key, effect.kind))
+    undone.append((c.key, effect.kind, effect.ref))
 
 
 @ops.compensation
 async def send_correction(c: Task, effect: WorkflowEffectRow, ctx: StepContext) -> None:
-    undone.append((c.key, effect.kind))
+    undone.append((c.key, effect.kind, effect.ref))
 
 
 @pytest.fixture
@@ -149,8 +149,9 @@ async def test_compensations_run_in_reverse_on_a_failure_terminal(obus: Bus) -> 
     await finish(obus, ops, ["fx-1"])
     inst = await obus.workflows.instance(ops, "fx-1")
     assert (inst.state, inst.status) == (FAILED, "failed")
-    # The visit recorded two effects before it raised; they are undone last first.
-    assert undone == [("fx-1", "email.sent"), ("fx-1", "card.charged")]
+    # The visit recorded two effects before it raised; they are undone last first, each
+    # compensation given its effect with the ref as recorded.
+    assert undone == [("fx-1", "email.sent", {"to": "fx-1"}), ("fx-1", "card.charged", {"charge": "ch-fx-1"})]
     rows = await obus.workflows.history(ops, "fx-1")
     assert [r.outcome for r in rows if r.state == "COMPENSATING"] == ["compensate"] * 2 + ["compensated"]
 

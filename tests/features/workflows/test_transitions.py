@@ -152,6 +152,31 @@ async def test_fail_takes_the_failure_edge_with_its_code(fbus: Bus) -> None:
     assert (await fbus.workflows.instance(flow, "flaky-1")).status == "completed"
 
 
+async def test_a_run_that_completes_keeps_no_last_error(fbus: Bus) -> None:
+    await fbus.workflows.start(flow, Job(key="flaky-2"))
+    await run_until(fbus, lambda: _failed_once(fbus, "flaky-2"))
+    failing = await fbus.workflows.instance(flow, "flaky-2")
+    assert (failing.last_error_code, failing.last_error) == (
+        "status-api-down",
+        "the status API did not answer",
+    )
+    await finish(fbus, flow, ["flaky-2"])
+    inst = await fbus.workflows.instance(flow, "flaky-2")
+    assert (inst.status, inst.last_error_code, inst.last_error) == ("completed", None, None)
+    assert [r.error_code for r in await fbus.workflows.history(flow, "flaky-2") if r.error_code] == [
+        "status-api-down"
+    ], "the history keeps the error"
+
+
+async def _failed_once(bus: Bus, key: str) -> bool:
+    return any(r.outcome == "fail" for r in await bus.workflows.history(flow, key))
+
+
+def test_the_step_context_shows_its_attributes() -> None:
+    for name in ("machine", "key", "run_id", "version", "state", "visit", "attempt", "approval", "op_key"):
+        assert name in dir(StepContext) and name in StepContext.__annotations__, name
+
+
 async def test_an_oversized_checkpoint_takes_the_failure_edge_and_keeps_the_old_one(fbus: Bus) -> None:
     await fbus.workflows.start(flow, Job(key="big-1"))
     await finish(fbus, flow, ["big-1"])

@@ -70,6 +70,22 @@ WITH ins AS (
 )
 SELECT id, pg_notify($9, event_type) FROM ins;
 
+-- name: kept_keys
+-- The events that took these keys for good (publishes with once=True); the
+-- events themselves may have been pruned since.
+SELECT k.event_type, k.key, k.event_id
+FROM {schema}.kept_keys k
+JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
+  ON k.event_type = t.event_type AND k.key = t.key;
+
+-- name: keep_keys
+-- Keep keys for good, in the transaction of their events. A concurrent
+-- publish of the same key waited on the events' unique index and maps to the
+-- same event, so a conflict here is the same row.
+INSERT INTO {schema}.kept_keys (event_type, key, event_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+ON CONFLICT (event_type, key) DO NOTHING;
+
 -- name: existing_ids
 -- Ids of events whose keys were taken by an earlier publish.
 SELECT e.id, e.event_type, e.key
@@ -364,7 +380,10 @@ WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2;
 -- pending ones, as by a publish. $3, when given, is where the previous sweep
 -- of this process left off (see PostgresBackend.recover_expired): the walk of
 -- deliveries_lease_until starts there, past the entries of finished rows that
--- a held xmin horizon keeps in the index. swept_at is where this one ends.
+-- a held xmin horizon keeps in the index. swept_at is where this one ends:
+-- now, or the earliest expired lease it had to skip because another session
+-- held its row, so such a row is looked at again by the next sweep rather
+-- than by the next sweep from the start.
 WITH expired AS (
     SELECT id FROM {schema}.deliveries
     WHERE status = 'processing' AND lease_until < now()
@@ -388,9 +407,18 @@ WITH expired AS (
 ), notified AS (
     SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
     WHERE s.id IN (SELECT subscription_id FROM recovered WHERE status = 'pending')
+), skipped AS (
+    -- expired in the window but locked by another session (a peer recovering
+    -- or completing them, or a dead client's transaction the server has not
+    -- ended yet): the next sweep must start no later than they do
+    SELECT min(lease_until) AS at FROM {schema}.deliveries
+    WHERE status = 'processing' AND lease_until < now()
+      AND lease_until >= coalesce($3::timestamptz, '-infinity')
+      AND id NOT IN (SELECT id FROM expired)
 )
 SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM notified) AS notified,
-       (SELECT count(*) FROM expired) AS expired, now() AS swept_at;
+       (SELECT count(*) FROM expired) AS expired,
+       least(now(), (SELECT at FROM skipped)) AS swept_at;
 
 -- name: next_run_in
 -- When the subscription's next claimable delivery is due: the earliest pending
@@ -430,3 +458,46 @@ UPDATE {schema}.subscriptions SET worker_seen_at = now() WHERE id = ANY($1::int[
 
 -- name: worker_gone
 DELETE FROM {schema}.workers WHERE id = $1 OR heartbeat_at < now() - interval '1 day';
+
+-- name: lost_worker_candidates
+-- Workers holding processing deliveries that are silent for $1 seconds by the
+-- database's clock, or reported from host $2 (whose process ids the caller
+-- can check): a short read of the small workers table and a partial index.
+SELECT w.id::text AS id, w.hostname, w.pid, extract(epoch FROM now() - w.heartbeat_at)::float8 AS silent
+FROM {schema}.workers w
+WHERE (w.heartbeat_at < now() - make_interval(secs => $1) OR w.hostname = $2)
+  AND EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.status = 'processing' AND d.worker_id = w.id);
+
+-- name: rescue
+-- The processing deliveries of lost workers $1, fenced as recover_expired is:
+-- the attempt counts; back to pending, or dead when out of attempts; peers
+-- are notified; each worker's row counts what was taken from it.
+WITH taken AS (
+    SELECT id FROM {schema}.deliveries
+    WHERE status = 'processing' AND worker_id = ANY($1::uuid[])
+    ORDER BY id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE {schema}.deliveries d
+    SET status = CASE WHEN d.attempts >= s.max_attempts THEN 'dead' ELSE 'pending' END,
+        last_error = 'WorkerLost: its worker stopped reporting; taken back before its lease ran out',
+        lease_until = NULL, lease_token = NULL, updated_at = now()
+    FROM taken, {schema}.subscriptions s
+    WHERE d.id = taken.id AND s.id = d.subscription_id AND d.status = 'processing'
+    RETURNING d.id, d.attempts, d.worker_id, d.subscription_id, d.status
+), history AS (
+    INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, error_type, message, worker_id)
+    SELECT id, attempts, 'WorkerLost', 'its worker stopped reporting; taken back before its lease ran out',
+           worker_id
+    FROM rescued
+), counted AS (
+    UPDATE {schema}.workers w SET rescued = w.rescued + c.n
+    FROM (SELECT worker_id, count(*) AS n FROM rescued GROUP BY worker_id) c
+    WHERE w.id = c.worker_id
+), notified AS (
+    SELECT pg_notify($3, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM rescued WHERE status = 'pending')
+)
+SELECT worker_id::text AS worker_id, count(*)::int AS n, (SELECT count(*) FROM notified) AS notified
+FROM rescued GROUP BY worker_id;

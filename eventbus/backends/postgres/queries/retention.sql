@@ -15,6 +15,19 @@ SELECT pg_advisory_unlock(hashtext($1 || ':prune'));
 -- deletes deliveries only and leaves the events for the next pass.
 SELECT pg_try_advisory_xact_lock(hashtext($1 || ':backfill'));
 
+-- name: prune_try_xact_lock
+-- The same lock behind a transaction pooler, where a session lock would stay
+-- on whichever server connection took it and its unlock go to another:
+-- transaction-scoped, in a transaction kept open for the pass (the
+-- transaction keeps its server connection), ended with it however the pass ends.
+SELECT pg_try_advisory_xact_lock(hashtext($1 || ':prune'));
+
+-- name: prune_lock_touch
+-- Before each batch, on the lock's open transaction: it is never idle for
+-- longer than a batch, so an idle-in-transaction timeout of the server or the
+-- pooler does not end it mid-pass. A statement's snapshot ends with it.
+SELECT 1;
+
 -- name: prune_batch
 -- One batch of the retention walk: the next $2 events after $1 in primary key
 -- order (a bounded range read), their deliveries finished before their

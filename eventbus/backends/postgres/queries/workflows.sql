@@ -6,7 +6,8 @@
 -- in a worker between visits), with the database clock for age caps.
 SELECT i.*, now() AS now,
        EXISTS (SELECT 1 FROM {schema}.wf_signals s
-               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+               WHERE s.machine = i.machine AND s.key = i.key AND s.run_id = i.run_id
+                 AND s.consumed_version IS NULL)
            AS has_signals
 FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = $2;
 
@@ -17,7 +18,8 @@ FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = $2;
 -- after this one run only for the instances that have some).
 SELECT i.*, now() AS now,
        EXISTS (SELECT 1 FROM {schema}.wf_signals s
-               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+               WHERE s.machine = i.machine AND s.key = i.key AND s.run_id = i.run_id
+                 AND s.consumed_version IS NULL)
            AS has_signals,
        EXISTS (SELECT 1 FROM {schema}.wf_approvals a
                WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
@@ -27,9 +29,10 @@ SELECT i.*, now() AS now,
 FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = ANY($2::text[]);
 
 -- name: wf_facts_signals
--- The open signals of instances (keys with their run ids), by key in arrival order.
-SELECT s.key, s.id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
-FROM {schema}.wf_signals s JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON s.key = t.key
+-- The open signals of these runs (keys with their run ids), by key in arrival order.
+SELECT s.key, s.id, s.run_id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
+FROM {schema}.wf_signals s
+JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON s.key = t.key AND s.run_id = t.run_id
 WHERE s.machine = $1 AND s.consumed_version IS NULL
 ORDER BY s.key, s.id;
 
@@ -50,16 +53,24 @@ ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
--- untouched and returns no row: starting is idempotent per key.
-INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at)
-VALUES ($1, $2, $3, 'pending', $4, now())
+-- untouched and returns no row: starting is idempotent per key. With $5
+-- (start once), a completed run is untouched too. The conflict takes the row
+-- lock before the WHERE is read, so of concurrent starts exactly one begins.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept)
+VALUES ($1, $2, $3, 'pending', $4, now(), $5)
 ON CONFLICT (machine, key) DO UPDATE
-SET run_id = i.run_id + 1, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
     visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
     state_entered_at = now(), run_started_at = now(), updated_at = now()
-WHERE i.status IN ('completed', 'failed', 'cancelled')
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT ($5::boolean AND i.status = 'completed')
 RETURNING i.*, now() AS now, false AS has_signals;
+
+-- name: wf_keep
+-- A start with once=True found the key's run completed (started without
+-- once, perhaps): mark it kept, so retention keeps what refuses the next start.
+UPDATE {schema}.wf_instances SET kept = true
+WHERE machine = $1 AND key = $2 AND status = 'completed' AND NOT kept;
 
 -- name: wf_move
 -- The guarded transition and its history row in one statement: only from the
@@ -164,9 +175,9 @@ UPDATE {schema}.wf_signals SET consumed_version = $3
 WHERE machine = $1 AND key = $2 AND id = ANY($4::bigint[]) AND consumed_version IS NULL;
 
 -- name: wf_signal_waiting
--- Is a signal the state wakes on already here? Then its yield ends at once.
+-- Is a signal of this run the state wakes on already here? Then its yield ends at once.
 SELECT EXISTS (SELECT 1 FROM {schema}.wf_signals
-               WHERE machine = $1 AND key = $2 AND consumed_version IS NULL
+               WHERE machine = $1 AND key = $2 AND run_id = $4 AND consumed_version IS NULL
                  AND name = ANY($3::text[]));
 
 -- name: wf_effect_insert
@@ -182,16 +193,15 @@ VALUES ($1, $2, $3, $4, $5, $6, 'pending', now() + $7::float8 * interval '1 seco
 
 -- name: wf_approval_update
 -- Guarded by the status the visit saw (a decision that raced it wins); a
--- decision is used once: the transition that acts on it stamps its version.
-UPDATE {schema}.wf_approvals
-SET status = $3::text,
-    consumed_version = CASE WHEN $3::text IN ('approved', 'denied') THEN $4::bigint END
+-- decision is used once: the transition that acts on it (uses it, expires or
+-- supersedes it) stamps its version, and no later visit reads it again.
+UPDATE {schema}.wf_approvals SET status = $3::text, consumed_version = $4::bigint
 WHERE id = $1 AND status = $2 AND consumed_version IS NULL;
 
 -- name: wf_lock
 -- Signals and decisions lock the pointer first, so a transition committing
 -- concurrently either sees their row or is seen by them.
-SELECT state, status, version FROM {schema}.wf_instances
+SELECT state, status, version, run_id FROM {schema}.wf_instances
 WHERE machine = $1 AND key = $2 FOR UPDATE;
 
 -- name: wf_hasten
@@ -204,9 +214,10 @@ WHERE s.event_type = t.event_type AND d.subscription_id = s.id AND d.ordering_ke
   AND d.status = 'pending' AND d.run_at > now();
 
 -- name: wf_signal_insert
-INSERT INTO {schema}.wf_signals (machine, key, name, dedupe, payload)
-VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (machine, key, name, dedupe) DO NOTHING
+-- For the live run read under wf_lock; a dedupe id is unique within its run.
+INSERT INTO {schema}.wf_signals (machine, key, run_id, name, dedupe, payload)
+VALUES ($1, $2, $6, $3, $4, $5)
+ON CONFLICT (machine, key, run_id, name, dedupe) DO NOTHING
 RETURNING id;
 
 -- name: wf_decide
@@ -231,7 +242,7 @@ SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, 
 FROM {schema}.wf_history WHERE machine = $1 AND key = $2 ORDER BY version;
 
 -- name: wf_signals
-SELECT id, name, dedupe, payload, created_at, consumed_version FROM {schema}.wf_signals
+SELECT id, run_id, name, dedupe, payload, created_at, consumed_version FROM {schema}.wf_signals
 WHERE machine = $1 AND key = $2 AND (NOT $3::boolean OR consumed_version IS NULL)
 ORDER BY id;
 

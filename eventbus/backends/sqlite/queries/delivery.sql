@@ -19,6 +19,17 @@ VALUES (:event_type, :key, :payload, :headers, :correlation_id, :causation_id,
 ON CONFLICT (event_type, key) DO NOTHING
 RETURNING id, deliver_at;
 
+-- name: kept_key
+-- The event that took this key for good (a publish with once=True); the event
+-- itself may have been pruned since.
+SELECT event_id FROM kept_keys WHERE event_type = :event_type AND key = :key;
+
+-- name: keep_key
+-- Keep a key for good, in the transaction of its event.
+INSERT INTO kept_keys (event_type, key, event_id, created_at)
+VALUES (:event_type, :key, :event_id, :now)
+ON CONFLICT (event_type, key) DO NOTHING;
+
 -- name: existing_id
 -- The id of the event whose key an earlier publish took.
 SELECT id FROM events WHERE event_type = :event_type AND key = :key;
@@ -255,3 +266,36 @@ WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: data_version
 PRAGMA data_version;
+
+-- name: lost_worker_candidates
+-- Workers holding processing deliveries that are silent for :silent seconds,
+-- or reported from host :hostname (whose process ids the caller can check).
+SELECT w.id, w.hostname, w.pid, :now - w.heartbeat_at AS silent
+FROM workers w
+WHERE (w.heartbeat_at < :now - :silent OR w.hostname = :hostname)
+  AND EXISTS (SELECT 1 FROM deliveries d WHERE d.status = 'processing' AND d.worker_id = w.id);
+
+-- name: rescue
+-- The processing deliveries of lost workers (a JSON array of ids), as
+-- recover_expired: the attempt counts; back to pending, or dead when out of
+-- attempts.
+UPDATE deliveries
+SET status = CASE WHEN attempts >= (SELECT s.max_attempts FROM subscriptions s
+                                    WHERE s.id = deliveries.subscription_id)
+                  THEN 'dead' ELSE 'pending' END,
+    last_error = 'WorkerLost: its worker stopped reporting; taken back before its lease ran out',
+    lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id IN (
+    SELECT id FROM deliveries
+    WHERE status = 'processing' AND worker_id IN (SELECT value FROM json_each(:ids))
+    ORDER BY id
+    LIMIT :limit)
+RETURNING id, attempts, worker_id, subscription_id;
+
+-- name: rescue_record
+INSERT INTO delivery_attempts (delivery_id, attempt, error_type, message, worker_id, failed_at)
+VALUES (:delivery_id, :attempt, 'WorkerLost',
+        'its worker stopped reporting; taken back before its lease ran out', :worker_id, :now);
+
+-- name: rescue_count
+UPDATE workers SET rescued = rescued + :n WHERE id = :id;

@@ -20,7 +20,7 @@ SELECT count(*) FROM events;
 
 -- name: status_workers
 SELECT id, hostname, pid, started_at, heartbeat_at, listener_ok, listener_reconnects,
-       (julianday('now') - 2440587.5) * 86400.0 - heartbeat_at AS silent_seconds
+       (julianday('now') - 2440587.5) * 86400.0 - heartbeat_at AS silent_seconds, rescued
 FROM workers ORDER BY started_at;
 
 -- name: subscriptions
@@ -175,6 +175,36 @@ SELECT count(*) FROM (
     WHERE d.id BETWEEN :low_id AND :high_id
       AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
       AND (:status IS NULL OR d.status = :status)
+      AND {_delivery_filter}
+    LIMIT :cap
+);
+
+-- name: find_deliveries_dead
+-- As find_deliveries for dead letters, the status spelled literally: the
+-- planner may then read deliveries_dead (a few dead rows among millions)
+-- instead of walking the primary key through all of them.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+FROM deliveries d INDEXED BY deliveries_dead
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'dead'
+  AND d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries_dead
+-- As count_deliveries for dead letters, through deliveries_dead (see find_deliveries_dead).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d INDEXED BY deliveries_dead
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.status = 'dead'
+      AND d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
       AND {_delivery_filter}
     LIMIT :cap
 );

@@ -6,7 +6,8 @@
 -- in a worker between visits), with the database clock for age caps.
 SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
        EXISTS (SELECT 1 FROM wf_signals s
-               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+               WHERE s.machine = i.machine AND s.key = i.key AND s.run_id = i.run_id
+                 AND s.consumed_version IS NULL)
            AS has_signals
 FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
 
@@ -17,7 +18,8 @@ FROM wf_instances i WHERE i.machine = :machine AND i.key = :key;
 -- only for the instances that have some).
 SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
        EXISTS (SELECT 1 FROM wf_signals s
-               WHERE s.machine = i.machine AND s.key = i.key AND s.consumed_version IS NULL)
+               WHERE s.machine = i.machine AND s.key = i.key AND s.run_id = i.run_id
+                 AND s.consumed_version IS NULL)
            AS has_signals,
        EXISTS (SELECT 1 FROM wf_approvals a
                WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
@@ -28,10 +30,11 @@ FROM wf_instances i
 WHERE i.machine = :machine AND i.key IN (SELECT value FROM json_each(:keys));
 
 -- name: wf_facts_signals
--- The open signals of instances (:runs is a JSON list of [key, run_id]), by key in arrival order.
-SELECT s.key, s.id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
+-- The open signals of these runs (:runs is a JSON list of [key, run_id]), by key in arrival order.
+SELECT s.key, s.id, s.run_id, s.name, s.dedupe, s.payload, s.created_at, s.consumed_version
 FROM json_each(:runs) r
 JOIN wf_signals s ON s.machine = :machine AND s.key = json_extract(r.value, '$[0]')
+                 AND s.run_id = json_extract(r.value, '$[1]')
 WHERE s.consumed_version IS NULL
 ORDER BY s.key, s.id;
 
@@ -53,17 +56,24 @@ ORDER BY e.key, e.id;
 
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
--- untouched and returns no row: starting is idempotent per key.
+-- untouched and returns no row: starting is idempotent per key. With :once,
+-- a completed run is untouched too (one statement under the write lock).
 INSERT INTO wf_instances AS i (machine, key, state, status, checkpoint, next_run_at,
-                               state_entered_at, run_started_at, created_at, updated_at)
-VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now)
+                               state_entered_at, run_started_at, created_at, updated_at, kept)
+VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now, :once)
 ON CONFLICT (machine, key) DO UPDATE
-SET run_id = i.run_id + 1, state = excluded.state, status = 'pending', version = i.version + 1,
+SET run_id = i.run_id + 1, kept = (i.kept OR excluded.kept), state = excluded.state, status = 'pending', version = i.version + 1,
     visits = '{}', attempts = 0, checkpoint = excluded.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = :now,
     state_entered_at = :now, run_started_at = :now, updated_at = :now
-WHERE i.status IN ('completed', 'failed', 'cancelled')
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (:once AND i.status = 'completed')
 RETURNING *, :now AS now, 0 AS has_signals;
+
+-- name: wf_keep
+-- A start with once=True found the key's run completed (started without
+-- once, perhaps): mark it kept, so retention keeps what refuses the next start.
+UPDATE wf_instances SET kept = 1
+WHERE machine = :machine AND key = :key AND status = 'completed' AND NOT kept;
 
 -- name: wf_move
 -- The guarded transition: only from the version that was read and, for a
@@ -97,9 +107,10 @@ WHERE machine = :machine AND key = :key AND consumed_version IS NULL
   AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: wf_signal_waiting
--- Is a signal the state wakes on already here? Then its yield ends at once.
+-- Is a signal of this run the state wakes on already here? Then its yield ends at once.
 SELECT EXISTS (SELECT 1 FROM wf_signals
-               WHERE machine = :machine AND key = :key AND consumed_version IS NULL
+               WHERE machine = :machine AND key = :key AND run_id = :run_id
+                 AND consumed_version IS NULL
                  AND name IN (SELECT value FROM json_each(:names)));
 
 -- name: wf_effect_insert
@@ -117,15 +128,14 @@ VALUES (:machine, :key, :run_id, :state, :input, :input_hash, 'pending', :now,
 
 -- name: wf_approval_update
 -- Guarded by the status the visit saw (a decision that raced it wins); a
--- decision is used once: the transition that acts on it stamps its version.
-UPDATE wf_approvals
-SET status = :status,
-    consumed_version = CASE WHEN :status IN ('approved', 'denied') THEN :version END
+-- decision is used once: the transition that acts on it (uses it, expires or
+-- supersedes it) stamps its version, and no later visit reads it again.
+UPDATE wf_approvals SET status = :status, consumed_version = :version
 WHERE id = :id AND status = :expected AND consumed_version IS NULL;
 
 -- name: wf_lock
 -- Under the write lock already; read the pointer a signal or decision wakes.
-SELECT state, status, version FROM wf_instances WHERE machine = :machine AND key = :key;
+SELECT state, status, version, run_id FROM wf_instances WHERE machine = :machine AND key = :key;
 
 -- name: wf_hasten
 -- A step due now pulls the instance's delayed steps (a tick waiting for its
@@ -136,9 +146,10 @@ WHERE subscription_id IN (SELECT id FROM subscriptions WHERE event_type = :event
   AND ordering_key = :ordering_key AND status = 'pending' AND run_at > :now;
 
 -- name: wf_signal_insert
-INSERT INTO wf_signals (machine, key, name, dedupe, payload, created_at)
-VALUES (:machine, :key, :name, :dedupe, :payload, :now)
-ON CONFLICT (machine, key, name, dedupe) DO NOTHING
+-- For the live run read under the write lock; a dedupe id is unique within its run.
+INSERT INTO wf_signals (machine, key, run_id, name, dedupe, payload, created_at)
+VALUES (:machine, :key, :run_id, :name, :dedupe, :payload, :now)
+ON CONFLICT (machine, key, run_id, name, dedupe) DO NOTHING
 RETURNING id;
 
 -- name: wf_decide
@@ -165,7 +176,7 @@ SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, 
 FROM wf_history WHERE machine = :machine AND key = :key ORDER BY version;
 
 -- name: wf_signals
-SELECT id, name, dedupe, payload, created_at, consumed_version FROM wf_signals
+SELECT id, run_id, name, dedupe, payload, created_at, consumed_version FROM wf_signals
 WHERE machine = :machine AND key = :key AND (NOT :open_only OR consumed_version IS NULL)
 ORDER BY id;
 
