@@ -167,7 +167,10 @@ class Bus(Router):
             self.dsn, schema or os.environ.get("EVENTBUS_SCHEMA"), migrate=migrate, **backend_options
         )
         self.coalescer = (
-            PublishCoalescer(lambda events: self.backend.deliveries.publish_serial(events))
+            PublishCoalescer(
+                lambda events: self.backend.deliveries.publish_serial(events),
+                fallback=lambda events: self.backend.deliveries.publish(events),
+            )
             if coalesce_publishes
             else None
         )

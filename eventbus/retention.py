@@ -10,26 +10,37 @@ in its own short transaction:
 - a dead delivery once it died ``dead_retention`` ago, with its history;
 - an event once it is older than ``completed_retention``, no delivery of it
   remains (so no pending, processing or dead delivery ever loses its event),
-  and, if it has a key, it is older than ``dedup_window``.
+  and, if it has a key, it is older than ``dedup_window``;
+- a schedule occurrence (fired or skipped) once its time is
+  ``occurrence_retention`` past; requested and buffered ones wait to fire
+  and stay;
+- a finished workflow instance (completed, failed or cancelled) once it
+  finished ``workflow_retention`` ago, with its history, signals, effects and
+  approvals; running, waiting, paused and uncertain instances stay whole.
 
 Idempotency keys therefore hold for at least ``dedup_window`` (and as long as
 the event is kept): a key published again after its event was pruned is a
-new event.
+new event. A backfill of a schedule's window older than ``occurrence_retention``
+fires those occurrences again, as their records are gone; a workflow started
+again after its instance was pruned begins as run 1.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 
-from .backends.base import RetentionStore
+from .backends.base import OccurrenceBatch, RetentionStore, WorkflowBatch
 from .errors import ConfigurationError
 
 __all__ = ["PruneReport", "Pruner", "Retention", "RetentionOverride"]
+
+_Batch = TypeVar("_Batch", OccurrenceBatch, WorkflowBatch)
 
 
 class RetentionOverride(msgspec.Struct, frozen=True):
@@ -52,6 +63,12 @@ class Retention(msgspec.Struct, frozen=True):
     :param per_subscription: :class:`RetentionOverride` by subscription name,
         e.g. an audit subscription that keeps its completed deliveries longer.
         Events follow ``completed_retention`` and are kept while any delivery is.
+    :param occurrence_retention: keep a schedule's fired and skipped
+        occurrences this long after their time (requested and buffered ones
+        are kept until they fire).
+    :param workflow_retention: keep a finished (completed, failed or cancelled)
+        workflow instance, with its history, signals, effects and approvals,
+        this long after it finished.
     """
 
     completed_retention: timedelta | None = timedelta(days=7)
@@ -61,9 +78,12 @@ class Retention(msgspec.Struct, frozen=True):
     batch_size: int = 1000
     max_batches: int = 100
     per_subscription: dict[str, RetentionOverride] = {}
+    occurrence_retention: timedelta | None = timedelta(days=7)
+    workflow_retention: timedelta | None = timedelta(days=30)
 
     def __post_init__(self) -> None:
-        values = [(name, getattr(self, name)) for name in ("completed_retention", "dead_retention")]
+        names = ("completed_retention", "dead_retention", "occurrence_retention", "workflow_retention")
+        values = [(name, getattr(self, name)) for name in names]
         values += [("dedup_window", self.dedup_window), ("interval", self.interval)]
         for sub, o in self.per_subscription.items():
             values += [(f"{sub}: completed_retention", o.completed_retention)]
@@ -82,6 +102,12 @@ class PruneReport(msgspec.Struct):
     dead_deliveries: int = 0
     attempts: int = 0
     events: int = 0
+    occurrences: int = 0
+    """Schedule occurrences."""
+    workflows: int = 0
+    """Finished workflow instances."""
+    workflow_rows: int = 0
+    """The history, signals, effects and approvals of those instances."""
     batches: int = 0
     dry_run: bool = False
     skipped: str | None = None
@@ -90,7 +116,9 @@ class PruneReport(msgspec.Struct):
 
     @property
     def total(self) -> int:
-        return self.completed_deliveries + self.dead_deliveries + self.events
+        return (
+            self.completed_deliveries + self.dead_deliveries + self.events + self.occurrences + self.workflows
+        )
 
 
 def _seconds(value: timedelta | None) -> float | None:
@@ -135,7 +163,10 @@ class Pruner:
             if not held:
                 report.skipped = "another pruner holds the lock"
                 return report
-            await self._walk(report, dry_run, max_batches or self.retention.max_batches, progress)
+            budget = max_batches or self.retention.max_batches
+            await self._walk(report, dry_run, budget, progress)
+            await self._walk_occurrences(report, dry_run, budget, progress)
+            await self._walk_workflows(report, dry_run, budget, progress)
             report.seconds = time.monotonic() - started
             if not dry_run:
                 await self.store.record_prune(msgspec.to_builtins(report))
@@ -175,3 +206,69 @@ class Pruner:
             cursor = batch.last_event_id
         if not dry_run:
             self.cursor = cursor
+
+    async def _walk_occurrences(
+        self,
+        report: PruneReport,
+        dry_run: bool,
+        max_batches: int,
+        progress: Callable[[PruneReport], object] | None,
+    ) -> None:
+        """Past schedule occurrences, oldest first, from the oldest each pass."""
+        seconds = _seconds(self.retention.occurrence_retention)
+        if seconds is None:
+            return
+
+        async def batch(after: Any) -> OccurrenceBatch:
+            return await self.store.prune_occurrences(
+                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
+            )
+
+        def count(b: OccurrenceBatch) -> None:
+            report.occurrences += b.occurrences
+
+        await _walk_rows(batch, count, report, max_batches, progress)
+
+    async def _walk_workflows(
+        self,
+        report: PruneReport,
+        dry_run: bool,
+        max_batches: int,
+        progress: Callable[[PruneReport], object] | None,
+    ) -> None:
+        """Finished workflow instances with everything they left, oldest first, from the oldest each pass."""
+        seconds = _seconds(self.retention.workflow_retention)
+        if seconds is None:
+            return
+
+        async def batch(after: Any) -> WorkflowBatch:
+            return await self.store.prune_workflows(
+                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
+            )
+
+        def count(b: WorkflowBatch) -> None:
+            report.workflows += b.instances
+            report.workflow_rows += b.rows
+
+        await _walk_rows(batch, count, report, max_batches, progress)
+
+
+async def _walk_rows(
+    batch: Callable[[Any], Awaitable[_Batch]],
+    count: Callable[[_Batch], None],
+    report: PruneReport,
+    max_batches: int,
+    progress: Callable[[PruneReport], object] | None,
+) -> None:
+    """Run ``batch`` from the start until the end of its walk, at most ``max_batches`` times."""
+    after: Any = None
+    for _ in range(max_batches):
+        with anyio.CancelScope(shield=True):  # a batch is short: finish it rather than abort it
+            done = await batch(after)
+        report.batches += 1
+        count(done)
+        if progress is not None:
+            progress(report)
+        if done.last is None:
+            return
+        after = done.last

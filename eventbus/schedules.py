@@ -42,6 +42,7 @@ from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy, ScheduleInfo
 
 __all__ = [
     "EPOCH",
+    "MAX_BACKFILL",
     "MAX_RECORDED",
     "EventTarget",
     "MachineTarget",
@@ -69,6 +70,8 @@ _MAX_GRACE = timedelta(seconds=60)
 # outage is recorded over several ticks); also the bound of max_catchup.
 MAX_RECORDED = 10_000
 """At most this many occurrences of one schedule are recorded per tick; the bound of ``max_catchup``."""
+MAX_BACKFILL = 10_000
+"""At most this many occurrences may one backfill request (a longer window is refused, not cut)."""
 # A schedule that cannot be planned is looked at again this much later.
 _RETRY_FAILED = timedelta(seconds=60)
 # While an occurrence waits (buffered or requested), the tick looks again this soon.
@@ -362,6 +365,31 @@ def window(spec: ScheduleDecl | ScheduleInfo, start: datetime, end: datetime) ->
             break
         found.append((instant, fate))
     return found
+
+
+def backfill_times(
+    spec: ScheduleDecl | ScheduleInfo, start: datetime, end: datetime, stop: datetime
+) -> list[datetime]:
+    """The due occurrences in ``[start, end]`` before ``stop`` (the schedule's next occurrence).
+
+    Lazy: the walk ends at ``end`` or ``stop``, whichever comes first, so a
+    window reaching into the future computes nothing past the present; and
+    :class:`InvalidSchedule` is raised as soon as the window holds more than
+    :data:`MAX_BACKFILL` occurrences, before the rest are computed.
+    """
+    times: list[datetime] = []
+    for instant, fate in occurrences(spec, start):
+        if instant > end or instant >= stop:
+            break
+        if fate != "due":
+            continue
+        if len(times) == MAX_BACKFILL:
+            raise InvalidSchedule(
+                f"backfill of {spec.name!r} from {start.isoformat()} asks for more than "
+                f"{MAX_BACKFILL} occurrences; backfill a shorter window at a time"
+            )
+        times.append(instant)
+    return times
 
 
 # -- the tick's decisions -------------------------------------------------------------

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from .backends.base import ScheduleStore
 from .errors import InvalidSchedule, UnknownSchedule
-from .schedules import Planner, Schedule, window
+from .schedules import Planner, Schedule, backfill_times
 from .types import OccurrenceInfo, ScheduleInfo, TickReport
 
 __all__ = ["Schedules"]
@@ -86,12 +86,14 @@ class Schedules:
         """Fire the occurrences of a past window, each at most once; return the times requested.
 
         Occurrences already fired or waiting are left alone, skipped ones fire
-        now; the window stops before the schedule's next occurrence.
+        now; the window stops before the schedule's next occurrence. A window
+        of more than :data:`~eventbus.schedules.MAX_BACKFILL` occurrences is
+        refused with :class:`InvalidSchedule` (nothing is requested).
         """
         if start.tzinfo is None or end.tzinfo is None or start > end:
             raise InvalidSchedule("backfill needs timezone-aware times with start <= end")
         row = await self.info(name)
-        times = [t for t, fate in window(row, start, end) if fate == "due" and t < row.next_occurrence_at]
+        times = backfill_times(row, start, end, row.next_occurrence_at)
         if not times:
             return []
         return await self.store.request(name, times)

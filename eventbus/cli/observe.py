@@ -112,7 +112,8 @@ def _summary(report: PruneReport) -> str:
     verb = "would delete" if report.dry_run else "deleted"
     return (
         f"{verb}: {report.completed_deliveries} completed, {report.dead_deliveries} dead deliveries, "
-        f"{report.events} events ({report.batches} batches)"
+        f"{report.events} events, {report.occurrences} schedule occurrences, {report.workflows} "
+        f"finished workflows ({report.workflow_rows} rows) ({report.batches} batches)"
     )
 
 
@@ -121,6 +122,8 @@ def _summary(report: PruneReport) -> str:
 @click.option("--completed-retention", type=float, help="Days to keep completed deliveries (default 7).")
 @click.option("--dead-retention", type=float, help="Days to keep dead deliveries (default 30).")
 @click.option("--dedup-window", type=float, help="Days a keyed event is kept at least (default 7).")
+@click.option("--occurrence-retention", type=float, help="Days to keep schedule occurrences (default 7).")
+@click.option("--workflow-retention", type=float, help="Days to keep finished workflows (default 30).")
 @click.pass_obj
 def prune(
     obj: Obj,
@@ -128,12 +131,16 @@ def prune(
     completed_retention: float | None,
     dead_retention: float | None,
     dedup_window: float | None,
+    occurrence_retention: float | None,
+    workflow_retention: float | None,
 ) -> None:
-    """Delete finished deliveries and events past their retention, in small batches."""
+    """Delete finished deliveries, events, schedule occurrences and workflows past their retention."""
     for name, value in (
         ("--completed-retention", completed_retention),
         ("--dead-retention", dead_retention),
         ("--dedup-window", dedup_window),
+        ("--occurrence-retention", occurrence_retention),
+        ("--workflow-retention", workflow_retention),
     ):
         if value is not None and not 0 <= value < 1e6:
             raise click.BadParameter("must be a number of days, 0 or more", param_hint=name)
@@ -146,6 +153,8 @@ def prune(
         completed_retention=days(completed_retention, default.completed_retention),
         dead_retention=days(dead_retention, default.dead_retention),
         dedup_window=days(dedup_window, default.dedup_window) or default.dedup_window,
+        occurrence_retention=days(occurrence_retention, default.occurrence_retention),
+        workflow_retention=days(workflow_retention, default.workflow_retention),
     )
     tty = sys.stderr.isatty()
 

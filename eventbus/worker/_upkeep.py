@@ -237,10 +237,13 @@ async def _prune(pruner: Pruner, interval: float) -> None:
         return
     if report.total:
         retention_log.info(
-            "pruned %d completed and %d dead deliveries, %d events in %.2fs",
+            "pruned %d completed and %d dead deliveries, %d events, %d schedule occurrences, "
+            "%d finished workflows in %.2fs",
             report.completed_deliveries,
             report.dead_deliveries,
             report.events,
+            report.occurrences,
+            report.workflows,
             report.seconds,
             extra={"outcome": "pruned"},
         )

@@ -19,6 +19,7 @@ from .delivery import (
     DeliveryStore,
     Failure,
     LeaseKey,
+    LockWaitExceeded,
     OutgoingEvent,
     Rescue,
     SubscriptionSpec,
@@ -29,7 +30,7 @@ from .delivery import (
 )
 from .inspect import Inspector
 from .operate import Operator
-from .retention import PruneBatch, RetentionStore
+from .retention import OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatch
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
@@ -53,6 +54,8 @@ __all__ = [
     "Failure",
     "Inspector",
     "LeaseKey",
+    "LockWaitExceeded",
+    "OccurrenceBatch",
     "Operator",
     "OutgoingEvent",
     "PlannedOccurrence",
@@ -68,6 +71,7 @@ __all__ = [
     "TickPlan",
     "Wakeups",
     "WorkflowApprovalRequest",
+    "WorkflowBatch",
     "WorkflowEffect",
     "WorkflowFacts",
     "WorkflowHistoryEntry",

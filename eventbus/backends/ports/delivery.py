@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import msgspec
 import orjson
 
+from ...errors import BackendError
 from ...types import DeliveryId, EventId, PublishResult, StartFrom
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "DeliveryStore",
     "Failure",
     "LeaseKey",
+    "LockWaitExceeded",
     "OutgoingEvent",
     "Rescue",
     "SubscriptionSpec",
@@ -32,6 +34,16 @@ log = logging.getLogger("eventbus")
 
 LeaseKey = tuple[DeliveryId, str]
 """A delivery under one lease token: what a handler result is fenced by."""
+
+
+class LockWaitExceeded(BackendError):
+    """A serial publish waited its bound for a row lock another transaction holds; nothing was published.
+
+    Raised by :meth:`DeliveryStore.publish_serial` only: typically an event's
+    (type, key) inserted by a transaction still open (``publish(connection=…)``).
+    The caller sends the events again with :meth:`DeliveryStore.publish`,
+    which waits for that transaction as long as it takes.
+    """
 
 
 class OutgoingEvent(msgspec.Struct, frozen=True):
@@ -184,6 +196,10 @@ class DeliveryStore(Protocol):
 
         A backend may keep a connection for it, so that a lone publish pays no
         pool acquire and release; calls that do overlap wait for each other.
+        So that one blocked key cannot hold up every later call, a call waits
+        a bounded time for a row lock (a key another open transaction
+        inserted) and then raises :class:`LockWaitExceeded`, having published
+        nothing.
         """
         ...
 

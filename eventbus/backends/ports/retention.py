@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["PruneBatch", "RetentionStore"]
+__all__ = ["OccurrenceBatch", "PruneBatch", "RetentionStore", "WorkflowBatch"]
 
 
 class PruneBatch(msgspec.Struct, frozen=True):
@@ -22,6 +22,24 @@ class PruneBatch(msgspec.Struct, frozen=True):
     dead: int = 0
     attempts: int = 0
     events: int = 0
+
+
+class OccurrenceBatch(msgspec.Struct, frozen=True):
+    """What one batch of the walk over past schedule occurrences deleted (or would delete)."""
+
+    last: Any
+    """Where the walk goes on from (an opaque cursor); None when it reached the end."""
+    occurrences: int = 0
+
+
+class WorkflowBatch(msgspec.Struct, frozen=True):
+    """What one batch of the walk over finished workflow instances deleted (or would delete)."""
+
+    last: Any
+    """Where the walk goes on from (an opaque cursor); None when it reached the end."""
+    instances: int = 0
+    rows: int = 0
+    """Their history, signals, effects and approvals."""
 
 
 class RetentionStore(Protocol):
@@ -40,7 +58,16 @@ class RetentionStore(Protocol):
       held by another transaction are left for the next pass) and reads a
       bounded range of the log by primary key;
     - at most one pruner holds :meth:`lock` per database (an advisory
-      lock on PostgreSQL; on SQLite the file's write lock serialises batches).
+      lock on PostgreSQL; on SQLite the file's write lock serialises batches);
+    - a schedule occurrence is deleted only once it is older than its
+      cutoff (by its scheduled time) and not waiting to fire (requested or
+      buffered ones stay);
+    - a workflow instance is deleted only once it finished (completed,
+      failed or cancelled) longer ago than its cutoff, and then with all its
+      history, signals, effects and approvals in the same transaction, so a
+      later start of the same key begins from nothing;
+    - on PostgreSQL, no event is deleted while a transaction that backfills a
+      new subscription is open (its deliveries are invisible until it commits).
     """
 
     def lock(self) -> contextlib.AbstractAsyncContextManager[bool]:
@@ -67,4 +94,22 @@ class RetentionStore(Protocol):
 
     async def record_prune(self, report: dict[str, Any]) -> None:
         """Note that a pass ran (``status`` shows when), with its summary."""
+        ...
+
+    async def prune_occurrences(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> OccurrenceBatch:
+        """Prune among the next ``limit`` occurrences scheduled before the cutoff, oldest first.
+
+        ``after`` is the previous batch's ``last`` (None: from the oldest).
+        """
+        ...
+
+    async def prune_workflows(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> WorkflowBatch:
+        """Prune among the next ``limit`` instances finished before the cutoff, oldest first.
+
+        ``after`` is the previous batch's ``last`` (None: from the oldest).
+        """
         ...

@@ -29,10 +29,11 @@ from ...errors import (
 )
 from ...types import EventId, PublishResult
 from .._sql import load_queries, validate_schema
-from ..ports import OutgoingEvent
+from ..ports import LockWaitExceeded, OutgoingEvent
 from ._kept import publish_kept
 
 __all__ = [
+    "HELD_LOCK_WAIT_MS",
     "STATEMENT_LIFETIME_SECONDS",
     "PgDb",
     "check_dsn",
@@ -71,6 +72,14 @@ _STATEMENT_CACHE_SIZE = 100  # asyncpg's default
 # they grow, and the claim slowed from 12,000/s to 3,500/s within 30 s here.
 # Preparing again costs one round trip per statement and connection per period.
 STATEMENT_LIFETIME_SECONDS = 30
+
+# How long a publish on the held connection waits for a row lock (a key that
+# another open transaction inserted) before it gives up, publishing nothing,
+# so that one blocked key never holds up the publishes queued behind it; the
+# caller sends it again on a pooled connection, which waits as long as it
+# takes. Set by the statement itself for its own transaction (set_config(…,
+# true)): no session state, nothing to reset, the same behind a pooler.
+HELD_LOCK_WAIT_MS = 500
 
 
 @contextlib.contextmanager
@@ -298,7 +307,9 @@ class PgDb:
         """The held connection, one caller at a time; it stays a member of the pool.
 
         A pool acquire and release cost about as much client time as a lone
-        publish's statement. One that fails for any reason but the database's
+        publish's statement. A ``publish_on(…, bounded=True)`` on it that waits
+        ``HELD_LOCK_WAIT_MS`` for a row lock raises :class:`LockWaitExceeded`
+        (the connection stays). One that fails for any reason but the database's
         refusal of the statement goes back to the pool (which closes or resets
         it) and the next caller takes another.
         """
@@ -306,7 +317,13 @@ class PgDb:
             conn = self.held_conn or await self._take_held(operation)
             try:
                 with translate_errors(operation, self.command_timeout):
-                    yield conn
+                    try:
+                        yield conn
+                    except asyncpg.exceptions.LockNotAvailableError as exc:
+                        raise LockWaitExceeded(
+                            f"{operation} waited {HELD_LOCK_WAIT_MS} ms for a row lock another "
+                            "transaction holds; nothing was published"
+                        ) from exc
             except BackendUnavailable:
                 await self._release_held()
                 raise
@@ -347,17 +364,30 @@ class PgDb:
 
     # -- publishing inside a connection --------------------------------------
 
-    async def publish_on(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
-        """Append ``events`` and fan them out on ``conn`` (in its transaction, if any)."""
+    async def publish_on(
+        self, conn: Any, events: Sequence[OutgoingEvent], *, bounded: bool = False
+    ) -> list[PublishResult]:
+        """Append ``events`` and fan them out on ``conn`` (in its transaction, if any).
+
+        ``bounded``: the statements, in a transaction of their own, wait at most
+        ``HELD_LOCK_WAIT_MS`` for a row lock (then PostgreSQL refuses them).
+        """
+        lock_wait = f"{HELD_LOCK_WAIT_MS}ms" if bounded else None
         if any(e.keep_key for e in events):  # once=True: see _kept
             kept = (self.q["kept_keys"], self.q["keep_keys"])
-            return await publish_kept(conn, kept, events, self._publish_plain)
-        return await self._publish_plain(conn, events)
 
-    async def _publish_plain(self, conn: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+            async def plain(c: Any, evs: Sequence[OutgoingEvent]) -> list[PublishResult]:
+                return await self._publish_plain(c, evs, lock_wait)
+
+            return await publish_kept(conn, kept, events, plain)
+        return await self._publish_plain(conn, events, lock_wait)
+
+    async def _publish_plain(
+        self, conn: Any, events: Sequence[OutgoingEvent], lock_wait: str | None = None
+    ) -> list[PublishResult]:
         if not events:
             return []
-        inserted = await self._insert(conn, events)
+        inserted = await self._insert(conn, events, lock_wait)
         if len(inserted) == len(events):  # nothing skipped: every event is new
             return [PublishResult(EventId(inserted[i]), duplicate=False) for i in range(len(events))]
         batch_keys = {(e.event_type, e.key) for i, e in enumerate(events) if i in inserted}
@@ -374,10 +404,12 @@ class PgDb:
             known = {(r["event_type"], r["key"]): r["id"] for r in found}
         return resolve_results(events, inserted, known)
 
-    async def _insert(self, conn: Any, events: Sequence[OutgoingEvent]) -> dict[int, int]:
+    async def _insert(
+        self, conn: Any, events: Sequence[OutgoingEvent], lock_wait: str | None
+    ) -> dict[int, int]:
         """Insert and fan out; map input index -> new event id (a taken key has none)."""
         if len(events) > 1:
-            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel)
+            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel, lock_wait)
             return {r["ord"] - 1: r["id"] for r in rows}
         e = events[0]
         new_id = await conn.fetchval(
@@ -391,6 +423,7 @@ class PgDb:
             e.causation_id,
             e.ordering_key,
             self.channel,
+            lock_wait,
         )
         return {} if new_id is None else {0: new_id}
 

@@ -22,6 +22,7 @@ from ..ports import (
     Completion,
     Failure,
     LeaseKey,
+    LockWaitExceeded,
     OutgoingEvent,
     Rescue,
     SubscriptionSpec,
@@ -85,7 +86,10 @@ class PgDeliveries:
         if not events:
             return []
         if len(events) == 1 and not self.db.held_busy:  # one event: the held connection is free
-            return await self.publish_serial(events)
+            try:
+                return await self.publish_serial(events)
+            except LockWaitExceeded:  # its key is held: wait for it off the held connection
+                pass
         return await self._publish_pooled(events)
 
     async def _publish_pooled(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
@@ -96,14 +100,15 @@ class PgDeliveries:
         """Publish on the connection held for the coalescer, which sends one batch at a time.
 
         It saves a pool acquire and release, a third of a lone publish's
-        client time (see :meth:`PgDb.held`).
+        client time (see :meth:`PgDb.held`). A row lock is waited for at most
+        ``HELD_LOCK_WAIT_MS``, then :class:`LockWaitExceeded` is raised.
         """
         if not events:
             return []
         if not self.db.holds_one:
             return await self._publish_pooled(events)
         async with self.db.held("publish") as conn:
-            return await self.db.publish_on(conn, events)
+            return await self.db.publish_on(conn, events, bounded=True)
 
     async def publish_in(self, connection: Any, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
         """Publish on the caller's asyncpg connection: the events exist only if its transaction commits."""
@@ -148,6 +153,7 @@ class PgDeliveries:
         if not row["created"] and row["was_ordered"] != spec.ordered:
             await conn.execute(self.q["rekey"], row["id"], spec.ordered)
         if row["created"] and spec.start_from == "earliest":
+            await conn.execute(self.q["backfill_guard"], self.db.channel)
             await conn.execute(self.q["backfill"], row["id"])
             await conn.execute(self.q["backfill_owed"], row["id"])
             owed.append(row["id"])
@@ -177,6 +183,7 @@ class PgDeliveries:
             for row in await conn.fetch(self.q["backfills_settled"]):
                 async with conn.transaction():
                     if await conn.fetchval(self.q["backfill_settle"], row["subscription_id"]) is not None:
+                        await conn.execute(self.q["backfill_guard"], self.db.channel)
                         await conn.execute(self.q["backfill"], row["subscription_id"])
                         finished += 1
         return finished

@@ -11,7 +11,7 @@ import orjson
 
 from .._observe import Override, shortest_cutoff
 from .._rows import row_as
-from ..ports import PruneBatch
+from ..ports import OccurrenceBatch, PruneBatch, WorkflowBatch
 from ._db import PgDb
 
 __all__ = ["PgRetention"]
@@ -84,14 +84,46 @@ class PgRetention:
             [o[2] for o in overrides],
             shortest_cutoff(completed_seconds, dead_seconds, overrides),
         )
-        if self._lock_conn is not None:
-            await self._lock_conn.execute(self.q["prune_lock_touch"])
+        await self._touch_lock()
         async with self.db.conn() as conn, conn.transaction():
             # Never queue behind (or in front of) another lock holder for long.
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
-            row = await conn.fetchrow(self.q["prune_batch"], *args)
+            events_may_go = await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel)
+            row = await conn.fetchrow(self.q["prune_batch"], *args, events_may_go)
         # ``young`` is NULL for an empty batch (the end of the log).
         return row_as(PruneBatch, row, last_event_id=row["last_id"], young=bool(row["young"]))
+
+    async def prune_occurrences(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> OccurrenceBatch:
+        """Past schedule occurrences, oldest first (see ``RetentionStore``)."""
+        at, name = after or (None, None)
+        row = await self._batch(self.q["prune_occurrences"], at, name, limit, older_than_seconds, dry_run)
+        last = (row["last_at"], row["last_name"]) if row["occurrences"] == limit else None
+        return OccurrenceBatch(last=last, occurrences=row["occurrences"])
+
+    async def prune_workflows(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> WorkflowBatch:
+        """Finished workflow instances with their rows, oldest first (see ``RetentionStore``)."""
+        at, machine, key = after or (None, None, None)
+        row = await self._batch(
+            self.q["prune_workflows"], at, machine, key, limit, older_than_seconds, dry_run
+        )
+        last = (row["last_at"], row["last_machine"], row["last_key"]) if row["instances"] == limit else None
+        return WorkflowBatch(last=last, instances=row["instances"], rows=row["rows"])
+
+    async def _touch_lock(self) -> None:
+        """Behind a transaction pooler, keep the lock's transaction from idling out (``prune_lock_touch``)."""
+        if self._lock_conn is not None:
+            await self._lock_conn.execute(self.q["prune_lock_touch"])
+
+    async def _batch(self, sql: str, *args: Any) -> Any:
+        """One batch statement in its own short transaction that never queues on a row lock for long."""
+        await self._touch_lock()
+        async with self.db.conn() as conn, conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '200ms'")
+            return await conn.fetchrow(sql, *args)
 
     async def record_prune(self, report: dict[str, Any]) -> None:
         """Note that a pass ran, with its summary (``status`` shows when)."""

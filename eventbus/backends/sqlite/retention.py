@@ -16,7 +16,7 @@ import anyio
 import orjson
 
 from .._observe import Override, shortest_cutoff
-from ..base import PruneBatch
+from ..base import OccurrenceBatch, PruneBatch, WorkflowBatch
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import ids_json
@@ -62,6 +62,21 @@ class SQLiteRetention:
         }
         return await self._db.write(prune_batch, params)
 
+    async def prune_occurrences(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> OccurrenceBatch:
+        at, name = after or (None, None)
+        params = {"after_at": at, "after_name": name, "limit": limit, "seconds": older_than_seconds}
+        return await self._db.write(prune_occurrences, params, dry_run)
+
+    async def prune_workflows(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> WorkflowBatch:
+        at, machine, key = after or (None, None, None)
+        params = {"after_at": at, "after_machine": machine, "after_key": key}
+        params |= {"limit": limit, "seconds": older_than_seconds}
+        return await self._db.write(prune_workflows, params, dry_run)
+
     async def record_prune(self, report: dict[str, Any]) -> None:
         await self._db.write(record_prune, orjson.dumps(report).decode())
 
@@ -94,6 +109,37 @@ def prune_batch(conn: sqlite3.Connection, q: Queries, now: float, p: dict[str, A
         attempts=attempts,
         events=len(events),
     )
+
+
+def prune_occurrences(
+    conn: sqlite3.Connection, q: Queries, now: float, p: dict[str, Any], dry_run: bool
+) -> OccurrenceBatch:
+    """One batch of past occurrences in one write transaction: those not waiting to fire go."""
+    batch = conn.execute(q["prune_occurrences_batch"], {**p, "now": now}).fetchall()
+    if batch and not dry_run:
+        keys = orjson.dumps([(r["schedule"], r["scheduled_for"]) for r in batch]).decode()
+        conn.execute(q["prune_occurrences_delete"], {"keys": keys})
+    last = (batch[-1]["scheduled_for"], batch[-1]["schedule"]) if len(batch) == p["limit"] else None
+    return OccurrenceBatch(last=last, occurrences=len(batch))
+
+
+def prune_workflows(
+    conn: sqlite3.Connection, q: Queries, now: float, p: dict[str, Any], dry_run: bool
+) -> WorkflowBatch:
+    """One batch of finished instances in one write transaction, each with all its rows."""
+    batch = conn.execute(q["prune_workflows_batch"], {**p, "now": now}).fetchall()
+    keys = {"keys": orjson.dumps([(r["machine"], r["key"]) for r in batch]).decode()}
+    rows = conn.execute(q["prune_workflows_rows"], keys).fetchone()["n"] if batch else 0
+    if batch and not dry_run:  # its rows, then the instance (one transaction: the order is for the reader)
+        conn.execute(q["prune_workflows_history"], keys)
+        conn.execute(q["prune_workflows_signals"], keys)
+        conn.execute(q["prune_workflows_effects"], keys)
+        conn.execute(q["prune_workflows_approvals"], keys)
+        conn.execute(q["prune_workflows_instances"], keys)
+    last = None
+    if len(batch) == p["limit"]:
+        last = (batch[-1]["updated_at"], batch[-1]["machine"], batch[-1]["key"])
+    return WorkflowBatch(last=last, instances=len(batch), rows=rows)
 
 
 def record_prune(conn: sqlite3.Connection, q: Queries, now: float, report: str) -> None:

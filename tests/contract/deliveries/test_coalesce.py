@@ -7,6 +7,8 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 import asyncpg
 import pytest
 
@@ -188,3 +190,123 @@ async def test_hooks_see_each_coalesced_publish_in_its_callers_task(bus: Bus) ->
     assert len(hooks.seen) == 5  # ... but one hook call per caller, with that caller's own result
     for task, result in zip(tasks, results, strict=True):
         assert by_task[task] == (1, [result])
+
+
+class Gated:
+    """Holds every batch of more than one event at a gate before it goes to the (real) database."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+        self._publish: Flush = bus.backend.deliveries.publish_serial
+        bus.backend.deliveries.publish_serial = self  # type: ignore[method-assign]
+
+        self.then: Callable[[], object] | None = None
+        """Called soon after a batch's results are back: after they are set, before their callers run."""
+
+    async def __call__(self, events: Sequence[OutgoingEvent]) -> list[PublishResult]:
+        if len(events) > 1:
+            self.entered.set()
+            await self.gate.wait()
+        results = await self._publish(events)
+        if len(events) > 1 and self.then is not None:
+            asyncio.get_running_loop().call_soon(self.then)
+        return results
+
+
+async def test_a_publish_cancelled_while_its_batch_is_in_flight_is_told_its_result(bus: Bus) -> None:
+    gated = Gated(bus)
+    first = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="first")))
+    await asyncio.sleep(0)  # the first is in flight now
+    batch = [asyncio.ensure_future(bus.publish(OrderPlaced(order_id=str(i)))) for i in range(3)]
+    await first
+    await gated.entered.wait()  # the three are in one statement now
+    batch[1].cancel()
+    await asyncio.sleep(0)
+    gated.gate.set()
+    outcomes = await asyncio.gather(*batch, return_exceptions=True)
+    told = [o for o in outcomes if isinstance(o, PublishResult)]
+    # Published exactly when its caller was told so: a cancelled caller is not left guessing.
+    assert (await bus.status()).events == 1 + len(told)
+    assert len(told) == 3 and len({r.event_id for r in told}) == 3
+
+
+async def test_a_publish_cancelled_just_after_its_result_was_set_returns_it(bus: Bus) -> None:
+    gated = Gated(bus)
+    first = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="first")))
+    await asyncio.sleep(0)  # the first is in flight now
+    batch = [asyncio.ensure_future(bus.publish(OrderPlaced(order_id=str(i)))) for i in range(2)]
+    gated.then = batch[0].cancel  # the result is set; the caller has not run yet
+    gated.gate.set()
+    await first
+    with anyio.fail_after(10):
+        outcomes = await asyncio.gather(*batch, return_exceptions=True)
+    assert all(isinstance(o, PublishResult) for o in outcomes)
+    assert (await bus.status()).events == 3
+
+
+@pytest.mark.parametrize("backend_kind", ["postgres"], indirect=True)
+@pytest.mark.parametrize("blocked_first", [True, False], ids=["alone", "in-a-batch"])
+async def test_a_key_held_by_an_open_transaction_holds_up_only_its_own_publish(
+    bus: Bus, target: Target, blocked_first: bool
+) -> None:
+    conn = await asyncpg.connect(target.dsn)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        held = await bus.publish(OrderPlaced(order_id="held"), key="k", connection=conn)
+        calls = [bus.publish(OrderPlaced(order_id=f"other-{i}")) for i in range(5)]
+        calls.insert(0 if blocked_first else 1, bus.publish(OrderPlaced(order_id="again"), key="k"))
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        blocked = tasks.pop(0 if blocked_first else 1)
+        with anyio.fail_after(10):  # while the transaction holding the key is still open
+            others = await asyncio.gather(*tasks)
+        assert not blocked.done()
+        assert len({r.event_id for r in others}) == 5 and not any(r.duplicate for r in others)
+        await tx.commit()
+        with anyio.fail_after(10):
+            again = await blocked
+        assert again.duplicate and again.event_id == held.event_id
+    finally:
+        await conn.close()
+    assert (await bus.status()).events == 1 + 5
+
+
+@pytest.mark.parametrize("backend_kind", ["postgres"], indirect=True)
+async def test_the_lock_wait_bound_ends_with_its_statement(bus: Bus, target: Target) -> None:
+    db = bus.backend.db  # type: ignore[attr-defined]
+    await bus.publish(OrderPlaced(order_id="on the held connection"))
+    assert await db.held_conn.fetchval("SHOW lock_timeout") == "0"  # no session state left behind
+    conn = await asyncpg.connect(target.dsn)
+    try:
+        async with conn.transaction():
+            await bus.publish(OrderPlaced(order_id="in the caller's transaction"), connection=conn)
+            assert await conn.fetchval("SHOW lock_timeout") == "0"  # the caller's settings are its own
+    finally:
+        await conn.close()
+
+
+async def test_an_anyio_scope_cancelled_in_flight_gets_the_result_then_the_cancel(bus: Bus) -> None:
+    gated = Gated(bus)
+    first = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="first")))
+    await asyncio.sleep(0)  # the first is in flight now
+    scope = anyio.CancelScope()
+    steps: list[object] = []
+
+    async def publish_in_scope() -> None:
+        with scope:
+            steps.append(await bus.publish(OrderPlaced(order_id="scoped")))
+            await anyio.lowlevel.checkpoint()  # the cancel lands at this next checkpoint
+            steps.append("not cancelled")
+
+    caller = asyncio.ensure_future(publish_in_scope())
+    other = asyncio.ensure_future(bus.publish(OrderPlaced(order_id="other")))
+    await first
+    await gated.entered.wait()  # both in one statement now
+    scope.cancel()
+    await asyncio.sleep(0)
+    gated.gate.set()
+    await asyncio.gather(caller, other)
+    assert len(steps) == 1 and isinstance(steps[0], PublishResult)
+    assert scope.cancelled_caught
+    assert (await bus.status()).events == 3

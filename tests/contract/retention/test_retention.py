@@ -2,15 +2,36 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 
 import anyio
+import asyncpg
+import msgspec
 import pytest
 
-from eventbus import Context, DeadLetter, Event, NotFound, RetentionOverride, RetryPolicy, Worker
+from eventbus import (
+    Context,
+    DeadLetter,
+    Event,
+    NotFound,
+    RetentionOverride,
+    RetryPolicy,
+    UnknownInstance,
+    Worker,
+)
+from eventbus.backends.ports import SubscriptionSpec
 from eventbus.retention import Retention
 from eventbus.types import PublishResult
+from eventbus.workflows import Approval, Machine, StepContext, Yield
 
+from ...apps.schedule_events import Beat
+from ...conftest import Target
+from ...features.schedules._support import db_now, rewind, sqlite_path
+from ...features.workflows._support import run_until, status_is
 from ...support.helpers import OrderPlaced, counts, drain
 
 
@@ -203,3 +224,157 @@ def test_negative_retention_is_refused() -> None:
         Retention(completed_retention=timedelta(seconds=-1))
     with pytest.raises(ConfigurationError, match="audit"):
         Retention(per_subscription={"audit": RetentionOverride(dead_retention=timedelta(seconds=-1))})
+
+
+async def test_pg_prune_during_a_backfill_keeps_the_events_it_backfills(pg_target) -> None:
+    """A prune batch cannot see a registering transaction's backfilled deliveries: it keeps their events."""
+    bus = pg_target.bus()
+    await bus.migrate()
+    other = await asyncpg.connect(pg_target.dsn)
+    try:
+        await bus.backend.deliveries.register([SubscriptionSpec("b", "test.order", 1, 30.0)])
+        event_id = (await bus.publish(Later(n=1))).event_id  # no subscription yet: prunable
+        # Hold b's row, so that the registration of a (then b) stops after a's backfill.
+        await other.execute("BEGIN")
+        table = f'"{pg_target.schema}".subscriptions'
+        await other.execute(f"SELECT 1 FROM {table} WHERE name = $1 FOR UPDATE", "b")
+        specs = [SubscriptionSpec("a", "test.later", 1, 30.0), SubscriptionSpec("b", "test.order", 1, 30.0)]
+        registering = asyncio.ensure_future(bus.backend.deliveries.register(specs))
+        with anyio.fail_after(20):
+            while not await other.fetchval(  # a fresh statistics snapshot each time, inside the transaction
+                "SELECT pg_stat_clear_snapshot(), count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'",
+                column=1,
+            ):
+                await anyio.sleep(0.01)
+        report = await bus.prune(retention=Retention(completed_retention=timedelta(0)))
+        assert report.events == 0
+        await other.execute("ROLLBACK")
+        ids = await registering
+        claimed = await bus.backend.deliveries.claim(ids["a"], 10, 30.0, str(uuid.uuid4()))
+        assert [c.event_id for c in claimed] == [event_id]
+    finally:
+        await other.close()
+        await bus.aclose()
+
+
+async def _age_instances(target: Target, seconds: float) -> None:
+    """Move every workflow instance's last change ``seconds`` into the past, as time passing would."""
+    if target.kind == "postgres":
+        conn = await asyncpg.connect(target.direct_dsn)
+        try:
+            table = f'"{target.schema}".wf_instances'
+            await conn.execute(
+                f"UPDATE {table} SET updated_at = updated_at - $1 * interval '1 second'", seconds
+            )
+        finally:
+            await conn.close()
+        return
+    with sqlite3.connect(sqlite_path(target)) as db:
+        db.execute("UPDATE wf_instances SET updated_at = updated_at - ?", (seconds,))
+
+
+async def test_past_schedule_occurrences_go_and_waiting_ones_stay(make_bus, target: Target) -> None:
+    now = await db_now(target)
+    anchor = now - timedelta(minutes=30)
+    bus = await make_bus()
+    bus.schedule("hourly", Beat, every=timedelta(hours=1), anchor=anchor, missed="skip")
+    await bus.schedules.declare()
+    await rewind(target, "hourly", 5 * 3600)  # down for five periods: five skipped occurrences
+    await bus.schedules.tick()
+    requested = await bus.schedules.backfill(
+        "hourly", anchor - timedelta(hours=4), anchor - timedelta(hours=3)
+    )
+    assert len(requested) == 2  # waiting to fire: kept however old
+
+    def times() -> Callable[[], Awaitable[list[datetime]]]:
+        async def read() -> list[datetime]:
+            return sorted(o.scheduled_for for o in await bus.schedules.occurrences("hourly"))
+
+        return read
+
+    before = await times()()
+    assert len(before) == 5
+    two_hours = Retention(occurrence_retention=timedelta(hours=2), batch_size=1)
+    dry = await bus.prune(dry_run=True, retention=two_hours)
+    assert dry.occurrences == 1 and await times()() == before
+    assert (await bus.prune(retention=two_hours)).occurrences == 1  # anchor - 2h; the younger stay
+    assert await times()() == [t for t in before if t != anchor - timedelta(hours=2)]
+    assert (await bus.prune(retention=Retention(occurrence_retention=None))).occurrences == 0
+    report = await bus.prune(retention=Retention(occurrence_retention=timedelta(0), batch_size=2))
+    assert report.occurrences == 2
+    assert await times()() == requested
+    await bus.schedules.tick()  # the requested ones still fire
+    assert {o.status for o in await bus.schedules.occurrences("hourly")} == {"fired"}
+
+
+class Job(msgspec.Struct):
+    key: str
+
+
+job = Machine("job", checkpoint=Job, key=lambda c: c.key)
+
+
+@job.state(
+    initial=True,
+    on_success="GATE",
+    on_failure="DONE",
+    continue_run=False,
+    poll=60.0,
+    wake_on="go",
+    max_visits=5,
+)
+async def WAIT(c: Job, ctx: StepContext) -> Yield | None:
+    if ctx.signal("go") is None:
+        return Yield()
+    ctx.record_effect("mail.sent", ref={"to": c.key})
+    return None
+
+
+@job.state(
+    on_success="DONE",
+    on_failure="DONE",
+    approval=Approval(timeout=timedelta(minutes=5), on_deny="DONE", on_timeout="DONE"),
+)
+async def GATE(c: Job, ctx: StepContext) -> None:
+    return None
+
+
+job.terminal("DONE")
+
+
+async def test_finished_workflows_go_with_everything_they_left(make_bus, target: Target) -> None:
+    bus = await make_bus()
+    bus.include(job)
+    for key in ("done", "live"):
+        await bus.workflows.start(job, Job(key))
+    await bus.workflows.signal(job, "done", "go", {"ok": True})
+    await run_until(bus, lambda: status_is(bus, job, "done", "waiting_approval"))
+    (approval,) = await bus.workflows.approvals(job, "done")
+    await bus.workflows.approve(approval.id, by="alice")
+    await run_until(bus, lambda: status_is(bus, job, "done", "completed"))
+    live_history = await bus.workflows.history(job, "live")
+    assert (await bus.workflows.instance(job, "live")).status == "waiting"
+    history = await bus.workflows.history(job, "done")
+    left = len(history) + 1 + 1 + 1  # its history, one signal, one effect, one approval
+
+    hour = Retention(workflow_retention=timedelta(hours=1))
+    assert (await bus.prune(retention=hour)).workflows == 0  # finished just now: kept
+    await _age_instances(target, 2 * 3600)
+    dry = await bus.prune(dry_run=True, retention=hour)
+    assert (dry.workflows, dry.workflow_rows) == (1, left)
+    assert await bus.workflows.history(job, "done") == history
+    report = await bus.prune(retention=hour)
+    assert (report.workflows, report.workflow_rows) == (1, left)
+
+    with pytest.raises(UnknownInstance):
+        await bus.workflows.instance(job, "done")
+    assert await bus.workflows.history(job, "done") == []
+    assert await bus.workflows.signals(job, "done") == []
+    assert await bus.workflows.approvals(job, "done") == []
+    # A live instance stays whole, however long ago it last moved.
+    assert (await bus.workflows.instance(job, "live")).status == "waiting"
+    assert await bus.workflows.history(job, "live") == live_history
+    # The key starts again from nothing.
+    again = await bus.workflows.start(job, Job("done"))
+    assert again.started and again.run_id == 1

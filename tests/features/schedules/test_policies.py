@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from eventbus import Bus, Context, UnknownSchedule
-from eventbus.schedules import occurrence_key
+from eventbus import Bus, Context, InvalidSchedule, UnknownSchedule
+from eventbus.schedules import MAX_BACKFILL, occurrence_key
 from eventbus.testing import drain
 
 from ...apps.schedule_events import Beat, Broken, Plain
@@ -211,6 +211,34 @@ async def test_backfill_fires_each_occurrence_of_a_past_window_at_most_once(
     await bus.schedules.tick()
     keys = await event_keys(target, "test.beat")
     assert len(keys) == len(set(keys)) == 7
+
+
+async def test_backfill_stops_at_the_next_occurrence_however_far_the_window_reaches(
+    make_bus: BusFactory, target: Target
+) -> None:
+    now = await db_now(target)
+    anchor = now - timedelta(days=1)
+    bus = await make_bus()
+    bus.schedule("decade", Beat, every=timedelta(days=3650), anchor=anchor)
+    await bus.schedules.declare()
+    # A window to the end of time: only the past is walked, never the future up to year 9999.
+    forever = datetime.max.replace(tzinfo=UTC)
+    assert await bus.schedules.backfill("decade", anchor - timedelta(days=1), forever) == [anchor]
+
+
+async def test_backfill_past_the_cap_is_refused_and_requests_nothing(
+    make_bus: BusFactory, target: Target
+) -> None:
+    now = await db_now(target)
+    bus = await make_bus()
+    bus.schedule("second", Beat, every=timedelta(seconds=1))
+    await bus.schedules.declare()
+    start = now - timedelta(seconds=MAX_BACKFILL + 100)
+    with pytest.raises(InvalidSchedule, match=f"more than {MAX_BACKFILL} occurrences"):
+        await bus.schedules.backfill("second", start, now + timedelta(days=30))
+    assert await bus.schedules.occurrences("second") == []
+    # A window under the cap is requested whole.
+    assert len(await bus.schedules.backfill("second", now - timedelta(seconds=99.5), now)) >= 99
 
 
 async def test_remove_and_unknown_names(make_bus: BusFactory, target: Target) -> None:

@@ -12,7 +12,9 @@
 -- with them, follow the input order, which ordered subscriptions keep per key.
 -- Ids are drawn in input order before the insert and returned with the input
 -- ordinal, so each result maps to its input by the ordinal, never by the order
--- rows come back in.
+-- rows come back in. $10, when not NULL, is the lock_timeout of this statement's
+-- transaction (the held connection's bound, see HELD_LOCK_WAIT_MS), set before
+-- the first row is inserted: once, by the InitPlan of the insert's condition.
 WITH input AS (
     SELECT nextval((SELECT pg_get_serial_sequence('{schema}.events', 'id'))::regclass) AS id, t.*
     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
@@ -26,7 +28,10 @@ WITH input AS (
     OVERRIDING SYSTEM VALUE
     SELECT id, event_type, key, payload, headers::jsonb, correlation_id, causation_id,
            ordering_key, now() + delay_seconds * interval '1 second'
-    FROM input ORDER BY ord
+    FROM input
+    WHERE (SELECT CASE WHEN $10::text IS NULL THEN true
+                       ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END)
+    ORDER BY ord
     ON CONFLICT (event_type, key) DO NOTHING
     RETURNING id, event_type, key, ordering_key, deliver_at
 ), fanout AS (
@@ -46,11 +51,15 @@ FROM ins JOIN input ON input.id = ins.id;
 -- same insert, fan-out and NOTIFY as `publish`, without the arrays, the input
 -- ordinals and the join that map a batch back to its inputs. One row needs no
 -- ordering, so its id comes from the identity default. About half the server
--- time of `publish` for one event. No row back: the key was taken.
+-- time of `publish` for one event. No row back: the key was taken. $10 as in
+-- `publish` (the CASE sets it before the row is inserted).
 WITH ins AS (
     INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
                                  causation_id, ordering_key, deliver_at)
-    VALUES ($1, $2, $3, $4::jsonb, $6, $7, $8, now() + $5::float8 * interval '1 second')
+    SELECT $1::text, $2::text, $3::bytea, $4::jsonb, $6::bigint, $7::bigint, $8::text,
+           now() + $5::float8 * interval '1 second'
+    WHERE CASE WHEN $10::text IS NULL THEN true
+               ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END
     ON CONFLICT (event_type, key) DO NOTHING
     RETURNING id, event_type, ordering_key, deliver_at
 ), fanout AS (
@@ -111,6 +120,14 @@ SET ordering_key = CASE WHEN $2 THEN e.ordering_key END
 FROM {schema}.events e
 WHERE d.subscription_id = $1 AND d.status IN ('pending', 'dead') AND e.id = d.event_id
   AND d.ordering_key IS DISTINCT FROM (CASE WHEN $2 THEN e.ordering_key END);
+
+-- name: backfill_guard
+-- Taken (shared) in a transaction before its first backfill statement and held
+-- to its end: a prune batch deletes events only while it holds this lock
+-- alone (prune_backfill_guard), so it never deletes an event whose backfilled
+-- deliveries it cannot see yet, and a backfill that waited for a prune batch
+-- reads the log after that batch's deletions (a new statement, a new snapshot).
+SELECT pg_advisory_xact_lock_shared(hashtext($1 || ':backfill'));
 
 -- name: backfill
 -- A new subscription reads the retained log from the start. Idempotent (the

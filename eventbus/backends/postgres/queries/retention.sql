@@ -8,6 +8,13 @@ SELECT pg_try_advisory_lock(hashtext($1 || ':prune'));
 -- name: prune_unlock
 SELECT pg_advisory_unlock(hashtext($1 || ':prune'));
 
+-- name: prune_backfill_guard
+-- May this batch delete events? Only while no transaction that backfills a
+-- new subscription is open (backfill_guard): its deliveries are invisible here
+-- until it commits. Tried, never waited for: a batch that does not get it
+-- deletes deliveries only and leaves the events for the next pass.
+SELECT pg_try_advisory_xact_lock(hashtext($1 || ':backfill'));
+
 -- name: prune_try_xact_lock
 -- The same lock behind a transaction pooler, where a session lock would stay
 -- on whichever server connection took it and its unlock go to another:
@@ -27,7 +34,8 @@ SELECT 1;
 -- retention cutoff ($3 completed/cancelled, $4 dead, in seconds; NULL keeps
 -- them; a subscription named in $7 has its own cutoffs $8, $9; $10 is the
 -- shortest cutoff of all) with their attempt history, then the events of the batch older than
--- $3 and, when keyed, than the dedup window $5, with no delivery left. A
+-- $3 and, when keyed, than the dedup window $5, with no delivery left (only
+-- when $11: this batch holds prune_backfill_guard). A
 -- pending, processing or retained dead delivery keeps its event. Rows another
 -- transaction holds (a replay) are skipped, never waited for. Data-modifying
 -- CTEs share one snapshot, so the deliveries deleted here are excluded by id.
@@ -59,7 +67,7 @@ WITH batch AS (
     RETURNING 1
 ), events_doomed AS (
     SELECT b.id FROM batch b
-    WHERE $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
+    WHERE $11 AND $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
@@ -78,3 +86,79 @@ SELECT (SELECT max(id) FROM batch) AS last_id,
 -- name: prune_record
 INSERT INTO {schema}.maintenance (name, ran_at, report) VALUES ('prune', now(), $1::jsonb)
 ON CONFLICT (name) DO UPDATE SET ran_at = now(), report = EXCLUDED.report;
+
+-- name: prune_occurrences
+-- One batch of the walk over past schedule occurrences: the next $3 after
+-- the cursor ($1, $2; NULL from the oldest) in (scheduled_for, schedule)
+-- order scheduled more than $4 seconds ago and not waiting to fire (requested
+-- and buffered ones stay), a bounded range read of schedule_occurrences_age.
+-- Rows another transaction holds (a tick, a backfill) are skipped, and the
+-- conditions are checked again on each row locked, so one a backfill requests
+-- again meanwhile stays. $5: a dry run, which deletes nothing.
+WITH doomed AS (
+    SELECT schedule, scheduled_for FROM {schema}.schedule_occurrences
+    WHERE scheduled_for < now() - $4::float8 * interval '1 second'
+      AND status NOT IN ('requested', 'buffered')
+      AND ($1::timestamptz IS NULL OR (scheduled_for, schedule) > ($1::timestamptz, $2::text))
+    ORDER BY scheduled_for, schedule
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM {schema}.schedule_occurrences o USING doomed d
+    WHERE o.schedule = d.schedule AND o.scheduled_for = d.scheduled_for AND NOT $5
+    RETURNING 1
+), last AS (
+    SELECT scheduled_for, schedule FROM doomed ORDER BY scheduled_for DESC, schedule DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM doomed) AS occurrences,
+       (SELECT scheduled_for FROM last) AS last_at,
+       (SELECT schedule FROM last) AS last_name;
+
+-- name: prune_workflows
+-- One batch of the walk over finished workflow instances: the next $4 after
+-- the cursor ($1, $2, $3; NULL from the oldest) in (updated_at, machine, key)
+-- order that finished (completed, failed or cancelled) more than $5 seconds
+-- ago, a bounded range read of wf_instances_finished. Each goes with its
+-- history, signals, effects and approvals in this one statement, so a later
+-- start of the key begins from nothing. Rows another transaction holds are
+-- skipped, and the conditions are checked again on each row locked: an
+-- instance started again meanwhile stays. $6: a dry run, which deletes
+-- nothing (the data-modifying CTEs run whether or not the final SELECT reads
+-- them; the counts read the rows as they were before).
+WITH doomed AS (
+    SELECT machine, key, updated_at FROM {schema}.wf_instances
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND updated_at < now() - $5::float8 * interval '1 second'
+      AND ($1::timestamptz IS NULL
+           OR (updated_at, machine, key) > ($1::timestamptz, $2::text, $3::text))
+    ORDER BY updated_at, machine, key
+    LIMIT $4
+    FOR UPDATE SKIP LOCKED
+), counted AS (
+    SELECT (SELECT count(*) FROM {schema}.wf_history x JOIN doomed d USING (machine, key))
+         + (SELECT count(*) FROM {schema}.wf_signals x JOIN doomed d USING (machine, key))
+         + (SELECT count(*) FROM {schema}.wf_effects x JOIN doomed d USING (machine, key))
+         + (SELECT count(*) FROM {schema}.wf_approvals x JOIN doomed d USING (machine, key)) AS n
+), history AS (
+    DELETE FROM {schema}.wf_history x USING doomed d
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
+), signals AS (
+    DELETE FROM {schema}.wf_signals x USING doomed d
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
+), effects AS (
+    DELETE FROM {schema}.wf_effects x USING doomed d
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
+), approvals AS (
+    DELETE FROM {schema}.wf_approvals x USING doomed d
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
+), instances AS (
+    DELETE FROM {schema}.wf_instances x USING doomed d
+    WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
+), last AS (
+    SELECT updated_at, machine, key FROM doomed ORDER BY updated_at DESC, machine DESC, key DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM doomed) AS instances,
+       (SELECT n FROM counted) AS rows,
+       (SELECT updated_at FROM last) AS last_at,
+       (SELECT machine FROM last) AS last_machine,
+       (SELECT key FROM last) AS last_key;

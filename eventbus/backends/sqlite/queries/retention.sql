@@ -47,3 +47,62 @@ DELETE FROM events WHERE id IN (SELECT value FROM json_each(:ids));
 -- name: prune_record
 INSERT INTO maintenance (name, ran_at, report) VALUES ('prune', :now, :report)
 ON CONFLICT (name) DO UPDATE SET ran_at = excluded.ran_at, report = excluded.report;
+
+-- name: prune_occurrences_batch
+-- The next batch of the walk over past schedule occurrences, after the cursor
+-- (:after_at, :after_name; NULL from the oldest), in (scheduled_for, schedule)
+-- order (a bounded range read of schedule_occurrences_age); requested and
+-- buffered ones wait to fire and stay.
+SELECT schedule, scheduled_for FROM schedule_occurrences
+WHERE scheduled_for < :now - :seconds AND status NOT IN ('requested', 'buffered')
+  AND (:after_at IS NULL OR (scheduled_for, schedule) > (:after_at, :after_name))
+ORDER BY scheduled_for, schedule
+LIMIT :limit;
+
+-- name: prune_occurrences_delete
+-- The batch's occurrences (:keys, JSON [schedule, scheduled_for] pairs),
+-- guarded by their status as read.
+DELETE FROM schedule_occurrences
+WHERE (schedule, scheduled_for) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]')
+                                    FROM json_each(:keys))
+  AND status NOT IN ('requested', 'buffered');
+
+-- name: prune_workflows_batch
+-- The next batch of the walk over finished workflow instances, after the
+-- cursor (:after_at, :after_machine, :after_key; NULL from the oldest), in
+-- (updated_at, machine, key) order (a bounded range read of wf_instances_finished).
+SELECT machine, key, updated_at FROM wf_instances
+WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < :now - :seconds
+  AND (:after_at IS NULL OR (updated_at, machine, key) > (:after_at, :after_machine, :after_key))
+ORDER BY updated_at, machine, key
+LIMIT :limit;
+
+-- name: prune_workflows_rows
+-- How many history, signal, effect and approval rows the instances of :keys
+-- (JSON [machine, key] pairs) have.
+WITH k AS (SELECT json_extract(value, '$[0]') AS machine, json_extract(value, '$[1]') AS key
+           FROM json_each(:keys))
+SELECT (SELECT count(*) FROM wf_history x JOIN k USING (machine, key))
+     + (SELECT count(*) FROM wf_signals x JOIN k USING (machine, key))
+     + (SELECT count(*) FROM wf_effects x JOIN k USING (machine, key))
+     + (SELECT count(*) FROM wf_approvals x JOIN k USING (machine, key)) AS n;
+
+-- name: prune_workflows_history
+DELETE FROM wf_history WHERE (machine, key) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
+
+-- name: prune_workflows_signals
+DELETE FROM wf_signals WHERE (machine, key) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
+
+-- name: prune_workflows_effects
+DELETE FROM wf_effects WHERE (machine, key) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
+
+-- name: prune_workflows_approvals
+DELETE FROM wf_approvals WHERE (machine, key) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
+
+-- name: prune_workflows_instances
+DELETE FROM wf_instances WHERE (machine, key) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
