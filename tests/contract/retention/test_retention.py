@@ -378,3 +378,20 @@ async def test_finished_workflows_go_with_everything_they_left(make_bus, target:
     # The key starts again from nothing.
     again = await bus.workflows.start(job, Job("done"))
     assert again.started and again.run_id == 1
+
+
+async def test_a_started_once_key_that_completed_outlives_workflow_retention(
+    make_bus, target: Target
+) -> None:
+    bus = await make_bus()
+    bus.include(job)
+    await bus.workflows.start(job, Job("once"), once=True)
+    await bus.workflows.signal(job, "once", "go", {"ok": True})
+    await run_until(bus, lambda: status_is(bus, job, "once", "waiting_approval"))
+    (approval,) = await bus.workflows.approvals(job, "once")
+    await bus.workflows.approve(approval.id, by="alice")
+    await run_until(bus, lambda: status_is(bus, job, "once", "completed"))
+    await _age_instances(target, 2 * 3600)
+    assert (await bus.prune(retention=Retention(workflow_retention=timedelta(hours=1)))).workflows == 0
+    again = await bus.workflows.start(job, Job("once"), once=True)
+    assert not again.started and again.done  # still known as done: never processed twice

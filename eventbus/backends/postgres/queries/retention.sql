@@ -128,6 +128,7 @@ SELECT (SELECT count(*) FROM doomed) AS occurrences,
 WITH doomed AS (
     SELECT machine, key, updated_at FROM {schema}.wf_instances
     WHERE status IN ('completed', 'failed', 'cancelled')
+      AND NOT (status = 'completed' AND kept)  -- a started-once key that completed holds for good
       AND updated_at < now() - $5::float8 * interval '1 second'
       AND ($1::timestamptz IS NULL
            OR (updated_at, machine, key) > ($1::timestamptz, $2::text, $3::text))

@@ -73,6 +73,7 @@ WHERE (schedule, scheduled_for) IN (SELECT json_extract(value, '$[0]'), json_ext
 -- (updated_at, machine, key) order (a bounded range read of wf_instances_finished).
 SELECT machine, key, updated_at FROM wf_instances
 WHERE status IN ('completed', 'failed', 'cancelled') AND updated_at < :now - :seconds
+  AND NOT (status = 'completed' AND kept)  -- a started-once key that completed holds for good
   AND (:after_at IS NULL OR (updated_at, machine, key) > (:after_at, :after_machine, :after_key))
 ORDER BY updated_at, machine, key
 LIMIT :limit;
