@@ -115,18 +115,18 @@ async def test_refused_stale_result_keeps_the_current_claim_renewed(target, make
         thread.join()
         return recovered[0]
 
-    @bus.subscribe(OrderPlaced, name="h", lease_seconds=1.0, retry=TWICE)
+    @bus.subscribe(OrderPlaced, name="h", lease_seconds=2.0, retry=TWICE)
     async def h(event: OrderPlaced, ctx: Context) -> None:
         runs.append(ctx.attempt)
         ids.append(ctx.delivery_id)
         if ctx.attempt == 1:
-            time.sleep(1.3)  # blocks the loop: no renewal, the lease runs out
+            time.sleep(2.3)  # blocks the loop: no renewal, the lease runs out
             assert recover_elsewhere() == 1  # another worker's sweep takes it back
             with anyio.fail_after(10):
                 await second_run.wait()
             return  # this run's completion is refused as stale
         second_run.set()
-        await anyio.sleep(3.0)  # three leases long: only renewals keep it
+        await anyio.sleep(5.0)  # two and a half leases long: only renewals keep it
 
     await bus.register()
     await bus.publish(OrderPlaced(order_id="o-1"))
