@@ -377,7 +377,9 @@ class PgDb:
     async def _insert(self, conn: Any, events: Sequence[OutgoingEvent]) -> dict[int, int]:
         """Insert and fan out; map input index -> new event id (a taken key has none)."""
         if len(events) > 1:
-            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel)
+            rows = await conn.fetch(
+                self.q["publish"], *_columns(events), self.channel, [e.event_version for e in events]
+            )
             return {r["ord"] - 1: r["id"] for r in rows}
         e = events[0]
         new_id = await conn.fetchval(
@@ -391,6 +393,7 @@ class PgDb:
             e.causation_id,
             e.ordering_key,
             self.channel,
+            e.event_version,
         )
         return {} if new_id is None else {0: new_id}
 

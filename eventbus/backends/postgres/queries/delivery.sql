@@ -16,16 +16,16 @@
 WITH input AS (
     SELECT nextval((SELECT pg_get_serial_sequence('{schema}.events', 'id'))::regclass) AS id, t.*
     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
-                $6::bigint[], $7::bigint[], $8::text[])
+                $6::bigint[], $7::bigint[], $8::text[], $10::int[])
         WITH ORDINALITY AS t(event_type, key, payload, headers, delay_seconds,
-                             correlation_id, causation_id, ordering_key, ord)
+                             correlation_id, causation_id, ordering_key, version, ord)
     ORDER BY t.ord
 ), ins AS (
     INSERT INTO {schema}.events (id, event_type, key, payload, headers, correlation_id,
-                                 causation_id, ordering_key, deliver_at)
+                                 causation_id, ordering_key, deliver_at, version)
     OVERRIDING SYSTEM VALUE
     SELECT id, event_type, key, payload, headers::jsonb, correlation_id, causation_id,
-           ordering_key, now() + delay_seconds * interval '1 second'
+           ordering_key, now() + delay_seconds * interval '1 second', version
     FROM input ORDER BY ord
     ON CONFLICT (event_type, key) DO NOTHING
     RETURNING id, event_type, key, ordering_key, deliver_at
@@ -49,8 +49,8 @@ FROM ins JOIN input ON input.id = ins.id;
 -- time of `publish` for one event. No row back: the key was taken.
 WITH ins AS (
     INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
-                                 causation_id, ordering_key, deliver_at)
-    VALUES ($1, $2, $3, $4::jsonb, $6, $7, $8, now() + $5::float8 * interval '1 second')
+                                 causation_id, ordering_key, deliver_at, version)
+    VALUES ($1, $2, $3, $4::jsonb, $6, $7, $8, now() + $5::float8 * interval '1 second', $10)
     ON CONFLICT (event_type, key) DO NOTHING
     RETURNING id, event_type, ordering_key, deliver_at
 ), fanout AS (
@@ -205,7 +205,8 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -231,7 +232,8 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -273,7 +275,8 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
