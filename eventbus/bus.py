@@ -362,7 +362,7 @@ class Bus(Router):
         check_event_type(event_type)
         self._checked_size(event_type, payload)
         if event_version is None:
-            cls = self.event_class(event_type)
+            cls = self._event_class(event_type)
             event_version = 1 if cls is None else event_version_of(cls)
         elif isinstance(event_version, bool) or not isinstance(event_version, int) or event_version < 1:
             raise ConfigurationError(f"event_version is an int of at least 1, got {event_version!r}")
@@ -376,7 +376,7 @@ class Bus(Router):
         (result,) = await self._publish([out], None)
         return result
 
-    def event_class(self, event_type: str) -> type[Event] | None:
+    def _event_class(self, event_type: str) -> type[Event] | None:
         """The event class a subscription of this bus handles ``event_type`` with (None: no such)."""
         for sub in self.subscriptions.values():
             if sub.event_type == event_type:
@@ -389,7 +389,7 @@ class Bus(Router):
         :raises UnknownEventType: no subscription of this bus handles ``event_type``.
         :raises DecodeError: the payload does not decode (or upcast) to the class.
         """
-        cls = self.event_class(event_type)
+        cls = self._event_class(event_type)
         if cls is None:
             raise UnknownEventType(f"no subscription of this bus handles {event_type!r}")
         return decode_event(cls, payload, event_version)
