@@ -139,6 +139,7 @@ def _summary(d: DeliveryRow) -> dict[str, Any]:
         "event_id": d.event_id,
         "subscription": d.subscription,
         "event_type": d.event_type,
+        "event_version": d.event_version,
         "attempts": d.attempts,
         "replays": d.replays,
         "last_error": d.last_error,
