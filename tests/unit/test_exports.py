@@ -51,9 +51,9 @@ DEPRECATED_IN_TYPES = {"DeadLetterFilter"}
 """Defined in eventbus.types for one more release, outside its ``__all__``."""
 
 BUS_METHODS = [
-    "aclose", "add", "add_hooks", "add_schedule", "cancel", "count_deliveries", "dead_id_batches", "decode",
-    "dead_letters", "delivery", "event", "find_deliveries", "include", "list_subscriptions", "migrate",
-    "outgoing", "pause_subscription", "prune", "publish", "publish_many", "publish_raw", "purge",
+    "aclose", "add", "add_hooks", "add_schedule", "cancel", "count_deliveries", "dead_id_batches",
+    "dead_letters", "decode", "delivery", "event", "find_deliveries", "include", "list_subscriptions",
+    "migrate", "outgoing", "pause_subscription", "prune", "publish", "publish_many", "publish_raw", "purge",
     "register", "remove_subscription", "replay", "resume_subscription", "schedule", "specs", "status",
     "subscribe", "trace", "validate_payload",
 ]  # fmt: skip
