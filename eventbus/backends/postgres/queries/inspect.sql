@@ -217,7 +217,8 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- The dashboard's delivery list: every filter optional, newest first below a
 -- cursor id (one descending walk of the primary key, however deep the page).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -244,7 +245,8 @@ SELECT count(*) FROM (
 -- dead-letter partial index (deliveries_dead), the dead rows alone, instead of
 -- walking the whole history around them.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id

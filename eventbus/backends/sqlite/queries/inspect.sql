@@ -101,33 +101,39 @@ FROM types t WHERE t.event_type IS NOT NULL
 ORDER BY t.event_type;
 
 -- name: health_event_versions
--- The versions other than 1 in the log, by a skip scan of the partial index
--- events_versions (one probe per (type, version)), each counted up to :cap;
--- and for each type found there, its version 1 events counted up to :cap. A
--- type absent from the result has only version 1.
-WITH RECURSIVE found(event_type, version) AS (
-    SELECT event_type, version FROM (
-        SELECT event_type, version FROM events WHERE version <> 1
-        ORDER BY event_type, version LIMIT 1)
+-- The versions other than 1 in the log, by skip scans of the partial index
+-- events_versions: the types in it (one probe each), then each type's
+-- versions (one probe each), each counted up to :cap; and for each type found
+-- there, its version 1 events counted up to :cap. A type absent from the
+-- result has only version 1.
+WITH RECURSIVE types(event_type) AS (
+    SELECT (SELECT event_type FROM events WHERE version <> 1 ORDER BY event_type LIMIT 1)
     UNION ALL
     SELECT (SELECT e.event_type FROM events e
-            WHERE e.version <> 1 AND (e.event_type, e.version) > (f.event_type, f.version)
-            ORDER BY e.event_type, e.version LIMIT 1),
+            WHERE e.version <> 1 AND e.event_type > t.event_type ORDER BY e.event_type LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+), found(event_type, version) AS (
+    SELECT t.event_type,
            (SELECT e.version FROM events e
-            WHERE e.version <> 1 AND (e.event_type, e.version) > (f.event_type, f.version)
-            ORDER BY e.event_type, e.version LIMIT 1)
-    FROM found f WHERE f.event_type IS NOT NULL
+            WHERE e.version <> 1 AND e.event_type = t.event_type ORDER BY e.version LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+    UNION ALL
+    SELECT f.event_type,
+           (SELECT e.version FROM events e
+            WHERE e.version <> 1 AND e.event_type = f.event_type AND e.version > f.version
+            ORDER BY e.version LIMIT 1)
+    FROM found f WHERE f.version IS NOT NULL
 )
 SELECT f.event_type, f.version,
        (SELECT count(*) FROM (SELECT 1 FROM events e
                               WHERE e.version <> 1 AND e.event_type = f.event_type
                                 AND e.version = f.version LIMIT :cap)) AS events
-FROM found f WHERE f.event_type IS NOT NULL
+FROM found f WHERE f.version IS NOT NULL
 UNION ALL
 SELECT t.event_type, 1,
        (SELECT count(*) FROM (SELECT 1 FROM events e
                               WHERE e.event_type = t.event_type AND e.version = 1 LIMIT :cap))
-FROM (SELECT DISTINCT event_type FROM found WHERE event_type IS NOT NULL) t
+FROM types t WHERE t.event_type IS NOT NULL
 ORDER BY 1, 2;
 
 -- name: health_subscriptions
@@ -183,7 +189,8 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
 -- that it is one descending range read of the primary key, however deep the
 -- page; :ids (a JSON array, or NULL) keeps only the deliveries named.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -214,7 +221,8 @@ SELECT count(*) FROM (
 -- planner may then read deliveries_dead (a few dead rows among millions)
 -- instead of walking the primary key through all of them.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM deliveries d INDEXED BY deliveries_dead
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
