@@ -253,3 +253,38 @@ async def test_status_shows_the_versions_in_the_log(bus) -> None:
         "test.versioned_order": {1: 3, 2: 1, 3: 2},
         "test.versioned_receipt": {2: 1},
     }
+
+
+class Coupon(Event, event_type="test.versioned_coupon", version=2):
+    code: str
+    percent: int
+
+
+@Coupon.upcast(1)
+def _coupon_v1(payload: dict[str, Any]) -> dict[str, Any]:
+    payload["percent"] = payload.pop("rate") * 100  # a version 1 payload without "rate" breaks it
+    return payload
+
+
+class CouponV1(Event, event_type="test.versioned_coupon"):
+    code: str
+
+
+async def test_an_upcaster_that_raises_sends_its_event_dead_and_the_worker_goes_on(bus) -> None:
+    seen: list[Coupon] = []
+
+    @bus.subscribe(Coupon, name="coupons", retry=RetryPolicy(max_attempts=5))
+    async def handle(event: Coupon, ctx: Context) -> None:
+        seen.append(event)
+
+    await bus.register()
+    await bus.publish(CouponV1(code="broken"))
+    await bus.publish_raw("test.versioned_coupon", b'{"code":"ok","rate":1}', event_version=1)
+    await bus.publish(Coupon(code="new", percent=5))
+    await drain(bus)
+    assert sorted(c.code for c in seen) == ["new", "ok"]
+    (dead,) = await bus.dead_letters()
+    assert dead.attempts == 1 and dead.event_version == 1  # not retried: it would fail the same way
+    assert dead.last_error == (
+        "DecodeError: upcaster of test.versioned_coupon from version 1 failed: KeyError: 'rate'"
+    )
