@@ -23,7 +23,15 @@ from .errors import (
     PayloadTooLarge,
     UnknownEventType,
 )
-from .event import Event, check_event_type, decode_event, encode_event, event_type_of
+from .event import (
+    Event,
+    check_event_type,
+    check_upcasters,
+    decode_event,
+    encode_event,
+    event_type_of,
+    event_version_of,
+)
 from .logs import OutcomeLog
 from .observe import CompositeHooks, Hooks
 from .retention import Pruner, PruneReport, Retention
@@ -254,6 +262,7 @@ class Bus(Router):
             causation_id=causation_id,
             ordering_key=_checked_key("ordering_key", ordering_key),
             keep_key=once,
+            event_version=event_version_of(type(event)),
         )
         return out if causation_id is None else self.hooks.on_outgoing(out)
 
@@ -340,32 +349,73 @@ class Bus(Router):
         return results
 
     async def publish_raw(
-        self, event_type: str, payload: bytes, *, key: str | None = None, delay: float = 0.0
+        self,
+        event_type: str,
+        payload: bytes,
+        *,
+        key: str | None = None,
+        delay: float = 0.0,
+        event_version: int | None = None,
     ) -> PublishResult:
-        """Publish an already encoded JSON payload (used by the CLI)."""
+        """Publish an already encoded JSON payload (used by the CLI).
+
+        ``event_version`` is the version the payload is written in; by default,
+        that of the class this bus knows for ``event_type`` (1 if none).
+        """
         check_event_type(event_type)
         self._checked_size(event_type, payload)
+        if event_version is None:
+            cls = self._event_class(event_type)
+            event_version = 1 if cls is None else event_version_of(cls)
+        elif isinstance(event_version, bool) or not isinstance(event_version, int) or event_version < 1:
+            raise ConfigurationError(f"event_version is an int of at least 1, got {event_version!r}")
         out = OutgoingEvent(
             event_type=event_type,
             payload=payload,
             key=_checked_key("key", key),
             delay_seconds=_seconds(delay),
+            event_version=event_version,
         )
         (result,) = await self._publish([out], None)
         return result
 
-    def validate_payload(self, event_type: str, payload: bytes) -> Event:
-        """Decode ``payload`` with the event class this bus knows for ``event_type``."""
+    def _event_class(self, event_type: str) -> type[Event] | None:
+        """The event class a subscription of this bus handles ``event_type`` with (None: no such)."""
         for sub in self.subscriptions.values():
             if sub.event_type == event_type:
-                return decode_event(sub.event_class, payload)
-        raise UnknownEventType(f"no subscription of this bus handles {event_type!r}")
+                return sub.event_class
+        return None
+
+    def validate_payload(self, event_type: str, payload: bytes, event_version: int | None = None) -> Event:
+        """Decode ``payload`` (stored at ``event_version``; None: the current one) with this bus's class.
+
+        :raises UnknownEventType: no subscription of this bus handles ``event_type``.
+        :raises DecodeError: the payload does not decode (or upcast) to the class.
+        """
+        cls = self._event_class(event_type)
+        if cls is None:
+            raise UnknownEventType(f"no subscription of this bus handles {event_type!r}")
+        return decode_event(cls, payload, event_version)
+
+    def decode(self, view: DeliveryDetail | EventView) -> Event:
+        """The event of a delivery or an event read back (``delivery``, ``event``) as its current class.
+
+        A payload stored at an older version runs through the class's
+        upcasters, as a worker would run it.
+
+        :raises UnknownEventType: no subscription of this bus handles its type.
+        :raises DecodeError: the payload does not decode (:class:`MissingUpcaster`,
+            :class:`FutureEventVersion` for a version the class cannot read).
+        """
+        return self.validate_payload(view.event_type, view.payload, view.event_version)
 
     # -- subscriptions ------------------------------------------------------
 
     def specs(self, names: Sequence[str] | None = None) -> list[SubscriptionSpec]:
         """The subscriptions of this bus (those in ``names``, if given) as the backend records them."""
         subs = [s for s in self.subscriptions.values() if names is None or s.name in names]
+        for s in subs:  # upcasters declared after the subscription are checked here too
+            check_upcasters(s.event_class)
         return [
             SubscriptionSpec(
                 name=s.name,

@@ -4,7 +4,8 @@ Every error derives from one root::
 
     EventBusError
     ├── ConfigurationError        bad DSN, schema name or setting
-    │   └── InvalidSchedule       a schedule's spec or policy is invalid
+    │   ├── InvalidSchedule       a schedule's spec or policy is invalid
+    │   └── InvalidUpcaster       an event's upcasters are declared wrong
     ├── RegistrationError         a subscription cannot be registered
     │   ├── DuplicateSubscription
     │   └── HandlerSignatureError
@@ -14,6 +15,8 @@ Every error derives from one root::
     │   ├── EncodeError           the event or its headers cannot be encoded
     │   └── InvalidKey            a key or ordering key that is not a str without NUL
     ├── DecodeError               a stored payload does not match its type
+    │   ├── MissingUpcaster       a stored version with no upcaster to the class's version
+    │   └── FutureEventVersion    a stored version newer than the class knows
     ├── BackendError              the database refused or went away
     │   ├── BackendUnavailable
     │   └── ResultNotStored       a handler's result the database refused
@@ -58,6 +61,7 @@ __all__ = [
     "EncodeError",
     "EventBusError",
     "ExtraNotInstalled",
+    "FutureEventVersion",
     "GuardMismatch",
     "HandlerInterrupted",
     "HandlerSignal",
@@ -67,8 +71,10 @@ __all__ = [
     "InvalidKey",
     "InvalidOutcome",
     "InvalidSchedule",
+    "InvalidUpcaster",
     "MigrationChecksumMismatch",
     "MigrationError",
+    "MissingUpcaster",
     "NotFound",
     "PayloadTooLarge",
     "PublishError",
@@ -106,6 +112,10 @@ class ConfigurationError(EventBusError):
 
 class InvalidSchedule(ConfigurationError):
     """The schedule's spec or policy is invalid."""
+
+
+class InvalidUpcaster(ConfigurationError):
+    """An event's upcasters are declared wrong (a version the class does not follow, twice, or a gap)."""
 
 
 class ExtraNotInstalled(ConfigurationError):
@@ -146,6 +156,14 @@ class InvalidKey(PublishError):
 
 class DecodeError(EventBusError):
     """The stored payload does not decode to its event type."""
+
+
+class MissingUpcaster(DecodeError):
+    """The stored event's version has no upcaster to its class's version."""
+
+
+class FutureEventVersion(DecodeError):
+    """The stored event is newer than its class: run the code that declares its version."""
 
 
 class BackendError(EventBusError):

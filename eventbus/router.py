@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from .context import Context
 from .errors import DuplicateSubscription, HandlerSignatureError, InvalidSchedule
-from .event import Event, event_type_of
+from .event import Event, check_upcasters, event_type_of
 from .retry import RetryPolicy
 from .schedules import EPOCH, EventTarget, MachineTarget, Schedule
 from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
@@ -83,8 +83,12 @@ class Router:
         ordered: bool = False,
         start_from: Literal["earliest", "latest"] = "earliest",
     ) -> Callable[[H], H]:
-        """Register the decorated ``async def handler(event, ctx)``; return it unchanged."""
+        """Register the decorated ``async def handler(event, ctx)``; return it unchanged.
+
+        :raises InvalidUpcaster: the class's upcasters leave a gap before its version.
+        """
         event_type_of(event_class)  # fail now if the class has no event_type
+        check_upcasters(event_class)
         policy = retry or RetryPolicy()
         if max_attempts is not None:
             policy = RetryPolicy(

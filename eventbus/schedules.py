@@ -37,7 +37,7 @@ from cronsim import CronSim, CronSimError
 
 from .backends.base import OutgoingEvent, PlannedOccurrence, ScheduleDecl, TickPlan
 from .errors import InvalidSchedule
-from .event import Event, encode_event, event_type_of
+from .event import Event, encode_event, event_type_of, event_version_of
 from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy, ScheduleInfo
 
 __all__ = [
@@ -127,6 +127,7 @@ class EventTarget:
             payload=encode_event(self.event(scheduled_for)),
             key=occurrence_key(schedule, scheduled_for),
             delay_seconds=delay_seconds,
+            event_version=event_version_of(self.event_class),
         )
 
     def check(self) -> None:
@@ -172,6 +173,7 @@ class MachineTarget:
             payload=encode_event(start),
             key=occurrence_key(schedule, scheduled_for),
             delay_seconds=delay_seconds,
+            event_version=event_version_of(self.machine.start_class),
         )
 
     def check(self) -> None:

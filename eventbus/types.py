@@ -133,6 +133,8 @@ class DeliveryDetail(msgspec.Struct, frozen=True):
     updated_at: datetime
     created_at: datetime
     history: Sequence[AttemptRecord] = ()
+    event_version: int = 1
+    """The version the event was published at (``Bus.decode`` upcasts an older one)."""
 
 
 class DeliveryFilter(msgspec.Struct, frozen=True):
@@ -173,6 +175,8 @@ class DeliveryRow(msgspec.Struct, frozen=True):
     run_at: datetime
     updated_at: datetime
     created_at: datetime
+    event_version: int = 1
+    """The version the event was published at."""
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -187,6 +191,8 @@ class EventView(msgspec.Struct, frozen=True):
     causation_id: int | None
     created_at: datetime
     deliveries: Sequence[DeliveryDetail] = ()
+    event_version: int = 1
+    """The version the event was published at (``Bus.decode`` upcasts an older one)."""
 
 
 class StatusRow(msgspec.Struct, frozen=True):
@@ -245,6 +251,8 @@ class EventTypeRow(msgspec.Struct, frozen=True):
     """True when there are at least ``events`` (the count stopped at its cap)."""
     subscriptions: int
     """Subscriptions of this type (0: nothing handles it yet)."""
+    versions: dict[int, int] = {}
+    """Each version of this type in the log and its events, each counted up to ``COUNT_CAP``."""
 
 
 class SubscriptionStatus(msgspec.Struct, frozen=True):

@@ -98,13 +98,19 @@ def subscriptions_of(rows: Sequence[Any], recent: Sequence[Any]) -> list[Subscri
     ]
 
 
-def event_types_of(rows: Sequence[Any]) -> list[EventTypeRow]:
+def event_types_of(rows: Sequence[Any], version_rows: Sequence[Any] = ()) -> list[EventTypeRow]:
+    """Event type rows, each with its versions (a type with no row in ``version_rows`` is all version 1)."""
+    versions: dict[str, dict[int, int]] = {}
+    for v in version_rows:
+        if v["events"]:
+            versions.setdefault(v["event_type"], {})[int(v["version"])] = int(v["events"])
     return [
         EventTypeRow(
             event_type=r["event_type"],
             events=r["events"],
             events_capped=r["events"] >= COUNT_CAP,
             subscriptions=r["subscriptions"],
+            versions=versions.get(r["event_type"]) or ({1: r["events"]} if r["events"] else {}),
         )
         for r in rows
     ]

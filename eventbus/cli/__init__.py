@@ -18,6 +18,7 @@ import msgspec
 import orjson
 
 from .. import logs
+from ..event import event_version_of
 from ..types import StatusReport
 from ..worker import Worker, serve_health
 from ._common import ID, Obj, enc_hook, load_app, run
@@ -196,8 +197,21 @@ async def _stop_on_signals(w: Worker, closing: anyio.CancelScope) -> None:
 @click.option("--key", help="Idempotency key.")
 @click.option("--delay", type=float, default=0.0, help="Seconds before delivery.")
 @click.option("--app", help="module:bus whose event classes validate the payload.")
+@click.option(
+    "--event-version",
+    type=click.IntRange(min=1),
+    help="Version the payload is written in (default: the --app class's, else 1).",
+)
 @click.pass_obj
-def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: float, app: str | None) -> None:
+def publish(
+    obj: Obj,
+    event_type: str,
+    payload: str,
+    key: str | None,
+    delay: float,
+    app: str | None,
+    event_version: int | None,
+) -> None:
     """Publish EVENT_TYPE with a JSON object PAYLOAD."""
     try:
         body = orjson.loads(payload)
@@ -208,10 +222,14 @@ def publish(obj: Obj, event_type: str, payload: str, key: str | None, delay: flo
 
     async def go() -> Any:
         app_bus = load_app(app) if app else None
+        version = event_version
         if app_bus is not None:
-            app_bus.validate_payload(event_type, orjson.dumps(body))
+            event = app_bus.validate_payload(event_type, orjson.dumps(body), event_version)
+            version = version or event_version_of(type(event))
         async with obj.publisher_for(app_bus) if app_bus is not None else obj.bus() as bus:
-            return await bus.publish_raw(event_type, orjson.dumps(body), key=key, delay=delay)
+            return await bus.publish_raw(
+                event_type, orjson.dumps(body), key=key, delay=delay, event_version=version
+            )
 
     result = run(go)
     click.echo(f"event {result.event_id}" + (" (duplicate key)" if result.duplicate else ""))

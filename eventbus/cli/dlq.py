@@ -139,6 +139,7 @@ def _summary(d: DeliveryRow) -> dict[str, Any]:
         "event_id": d.event_id,
         "subscription": d.subscription,
         "event_type": d.event_type,
+        "event_version": d.event_version,
         "attempts": d.attempts,
         "replays": d.replays,
         "last_error": d.last_error,
@@ -162,7 +163,9 @@ def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
         click.echo(msgspec.json.encode(d, enc_hook=enc_hook))
         return
     click.echo(f"delivery {d.id}  status {d.status}  attempts {d.attempts}  replays {d.replays}")
-    click.echo(f"subscription {d.subscription}  event {d.event_id} ({d.event_type}) key {d.key}")
+    click.echo(
+        f"subscription {d.subscription}  event {d.event_id} ({d.event_type} v{d.event_version}) key {d.key}"
+    )
     click.echo(
         f"correlation {d.correlation_id}  causation {d.causation_id}  created {d.created_at.isoformat()}"
     )

@@ -13,7 +13,7 @@ import msgspec
 
 from ..bus import Bus
 from ..retention import PruneReport, Retention
-from ..types import ChainEvent, StatusReport
+from ..types import ChainEvent, EventTypeRow, StatusReport
 from ._common import COUNT, ID, Obj, enc_hook, run
 
 __all__ = ["metrics_options", "print_status", "prune", "start_metrics", "trace"]
@@ -174,17 +174,25 @@ def prune(
     click.echo(_summary(report))
 
 
+def _versions(t: EventTypeRow) -> str:
+    """``v1``, or each version with its count when there are several (``v1 12, v2 100000+``)."""
+    if len(t.versions) < 2:
+        return ", ".join(f"v{v}" for v in t.versions)
+    cap = t.events if t.events_capped else None  # a version's count stops at the same cap
+    return ", ".join(f"v{v} {n}{'+' if n == cap else ''}" for v, n in sorted(t.versions.items()))
+
+
 def print_status(report: StatusReport) -> None:
     """The text form of ``eventbus status``."""
     click.echo(f"events: {report.events}")
     click.echo(f"oldest runnable pending: {_age(report.oldest_pending_seconds)}")
     if report.replica_lag_seconds is not None:
         click.echo(f"counts read from a replica, {report.replica_lag_seconds:.1f}s behind the primary")
-    click.echo(f"{'EVENT TYPE':<32} {'EVENTS':>9} {'SUBSCRIPTIONS':>13}")
+    click.echo(f"{'EVENT TYPE':<32} {'EVENTS':>9} {'SUBSCRIPTIONS':>13}  VERSIONS")
     for t in report.event_types:
         count = f"{t.events}+" if t.events_capped else str(t.events)
         handled = str(t.subscriptions) if t.subscriptions else "0 (unhandled)"
-        click.echo(f"{t.event_type:<32} {count:>9} {handled:>13}")
+        click.echo(f"{t.event_type:<32} {count:>9} {handled:>13}  {_versions(t)}")
     capped = any(s.completed_last_hour_capped for s in report.queues)
     click.echo(
         f"{'SUBSCRIPTION':<28} {'BACKLOG':>8} {'LAG':>7} {'SCHED':>6} {'FLIGHT':>6} "

@@ -111,7 +111,7 @@ class Executor:
             raise DecodeError(
                 f"payload of {len(delivery.payload)} bytes is over the limit of {self.bus.max_payload_bytes}"
             )
-        return decode_event(sub.event_class, delivery.payload)
+        return decode_event(sub.event_class, delivery.payload, delivery.event_version)
 
     def failure(
         self,

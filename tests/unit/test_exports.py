@@ -52,8 +52,8 @@ DEPRECATED_IN_TYPES = {"DeadLetterFilter"}
 
 BUS_METHODS = [
     "aclose", "add", "add_hooks", "add_schedule", "cancel", "count_deliveries", "dead_id_batches",
-    "dead_letters", "delivery", "event", "find_deliveries", "include", "list_subscriptions", "migrate",
-    "outgoing", "pause_subscription", "prune", "publish", "publish_many", "publish_raw", "purge",
+    "dead_letters", "decode", "delivery", "event", "find_deliveries", "include", "list_subscriptions",
+    "migrate", "outgoing", "pause_subscription", "prune", "publish", "publish_many", "publish_raw", "purge",
     "register", "remove_subscription", "replay", "resume_subscription", "schedule", "specs", "status",
     "subscribe", "trace", "validate_payload",
 ]  # fmt: skip

@@ -60,6 +60,8 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     ordering_key: str | None = None
     keep_key: bool = False
     """Keep the key for good (``once=True``): honoured past the dedup window, whatever retention deletes."""
+    event_version: int = 1
+    """The version of the event's class, stored with it (upcasters read older ones)."""
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):
@@ -94,6 +96,8 @@ class ClaimedDelivery(msgspec.Struct):
     """When the delivery became runnable (for pickup-latency figures)."""
     causation_id: int | None = None
     """The event whose handler emitted this one."""
+    event_version: int = 1
+    """The version the event was published at."""
 
 
 class WorkflowStart(msgspec.Struct, frozen=True):

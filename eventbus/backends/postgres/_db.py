@@ -409,7 +409,8 @@ class PgDb:
     ) -> dict[int, int]:
         """Insert and fan out; map input index -> new event id (a taken key has none)."""
         if len(events) > 1:
-            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel, lock_wait)
+            versions = [e.event_version for e in events]
+            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel, lock_wait, versions)
             return {r["ord"] - 1: r["id"] for r in rows}
         e = events[0]
         new_id = await conn.fetchval(
@@ -424,6 +425,7 @@ class PgDb:
             e.ordering_key,
             self.channel,
             lock_wait,
+            e.event_version,
         )
         return {} if new_id is None else {0: new_id}
 

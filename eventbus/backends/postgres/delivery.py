@@ -64,6 +64,7 @@ def _claimed(rows: Sequence[asyncpg.Record], subscription_id: int, token: str) -
             position=(r["run_at"], r["id"]),
             run_at=r["run_at"],
             causation_id=r["causation_id"],
+            event_version=r["version"],
         )
         for r in rows
     ]

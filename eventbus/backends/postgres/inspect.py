@@ -128,13 +128,14 @@ class PgInspector:
         """Event types, queues, tables and the xmin horizon, from bounded reads only."""
         async with self.db.conn() as conn:  # the primary's own statistics, even with a replica
             types = await conn.fetch(self.q["health_event_types"], COUNT_CAP)
+            versions = await conn.fetch(self.q["health_event_versions"], COUNT_CAP)
             subs = await conn.fetch(self.q["health_subscriptions"])
             recent = await conn.fetch(self.q["health_completed_recent"], RECENT_WINDOW)
             tables = await conn.fetch(self.q["health_tables"], self.db.schema)
             horizon = await conn.fetchrow(self.q["health_horizon"])
             last_prune = await conn.fetchval(self.q["health_last_prune"])
         return StatusDetails(
-            event_types=event_types_of(types),
+            event_types=event_types_of(types, versions),
             queues=subscriptions_of(subs, recent),
             tables=rows_as(TableHealth, tables),
             horizon=None if horizon is None else row_as(HorizonHolder, horizon),

@@ -119,6 +119,7 @@ def _event_params(e: OutgoingEvent, now: float) -> dict[str, Any]:
         "causation_id": e.causation_id,
         "ordering_key": e.ordering_key,
         "delay_seconds": e.delay_seconds,
+        "version": e.event_version,
         "now": now,
     }
 

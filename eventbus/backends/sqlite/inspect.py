@@ -199,11 +199,12 @@ def _chain(conn: sqlite3.Connection, q: Queries, event_id: int, limit: int) -> l
 def _health(conn: sqlite3.Connection, q: Queries) -> StatusDetails:
     now = conn.execute(q["now"]).fetchone()[0]
     types = conn.execute(q["health_event_types"], {"cap": COUNT_CAP}).fetchall()
+    versions = conn.execute(q["health_event_versions"], {"cap": COUNT_CAP}).fetchall()
     subs = [_timed(r, "last_seen_at") for r in conn.execute(q["health_subscriptions"], {"now": now})]
     recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": RECENT_WINDOW}).fetchall()
     last = conn.execute(q["health_last_prune"]).fetchone()
     return StatusDetails(
-        event_types=event_types_of(types),
+        event_types=event_types_of(types, versions),
         queues=subscriptions_of(subs, recent),
         last_prune_at=None if last is None else to_time(last[0]),
     )

@@ -120,5 +120,11 @@ def test_status_command_text(target: Target) -> None:
     assert "last prune: never" in out.stdout
     data = json.loads(cli("status", "--json").stdout)
     assert data["event_types"] == [
-        {"event_type": "nobody.handles", "events": 1, "events_capped": False, "subscriptions": 0}
+        {
+            "event_type": "nobody.handles",
+            "events": 1,
+            "events_capped": False,
+            "subscriptions": 0,
+            "versions": {"1": 1},
+        }
     ]

@@ -9,7 +9,7 @@ import anyio
 import httpx
 import pytest
 
-from eventbus import Bus, Worker
+from eventbus import Bus, Event, Worker
 from eventbus.types import DeliveryFilter
 from eventbus.web import create_app
 
@@ -86,6 +86,15 @@ async def test_event_page_shows_the_causation_chain(ro: httpx.AsyncClient, seede
     order = re.findall(r"(test\.\w+) #", chain.group(1))
     assert order == ["test.order_placed", "test.payment_requested", "test.shipped"]
     assert '<li class="depth-2">' in chain.group(1)  # the grandchild is indented twice
+
+
+async def test_event_page_shows_the_stored_version(ro: httpx.AsyncClient, seeded: Bus) -> None:
+    class Versioned(Event, event_type="test.web_versioned", version=3):
+        n: int
+
+    published = await seeded.publish(Versioned(n=1))
+    r = await ro.get(f"/events/{published.event_id}")
+    assert "<tr><th>version</th><td>3</td></tr>" in r.text
 
 
 async def test_deliveries_page_counts_past_a_cap_and_pages_by_cursor(seeded: Bus) -> None:

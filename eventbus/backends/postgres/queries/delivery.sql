@@ -15,19 +15,20 @@
 -- rows come back in. $10, when not NULL, is the lock_timeout of this statement's
 -- transaction (the held connection's bound, see HELD_LOCK_WAIT_MS), set before
 -- the first row is inserted: once, by the InitPlan of the insert's condition.
+-- $11: each event's version.
 WITH input AS (
     SELECT nextval((SELECT pg_get_serial_sequence('{schema}.events', 'id'))::regclass) AS id, t.*
     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
-                $6::bigint[], $7::bigint[], $8::text[])
+                $6::bigint[], $7::bigint[], $8::text[], $11::int[])
         WITH ORDINALITY AS t(event_type, key, payload, headers, delay_seconds,
-                             correlation_id, causation_id, ordering_key, ord)
+                             correlation_id, causation_id, ordering_key, version, ord)
     ORDER BY t.ord
 ), ins AS (
     INSERT INTO {schema}.events (id, event_type, key, payload, headers, correlation_id,
-                                 causation_id, ordering_key, deliver_at)
+                                 causation_id, ordering_key, deliver_at, version)
     OVERRIDING SYSTEM VALUE
     SELECT id, event_type, key, payload, headers::jsonb, correlation_id, causation_id,
-           ordering_key, now() + delay_seconds * interval '1 second'
+           ordering_key, now() + delay_seconds * interval '1 second', version
     FROM input
     WHERE (SELECT CASE WHEN $10::text IS NULL THEN true
                        ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END)
@@ -52,12 +53,12 @@ FROM ins JOIN input ON input.id = ins.id;
 -- ordinals and the join that map a batch back to its inputs. One row needs no
 -- ordering, so its id comes from the identity default. About half the server
 -- time of `publish` for one event. No row back: the key was taken. $10 as in
--- `publish` (the CASE sets it before the row is inserted).
+-- `publish` (the CASE sets it before the row is inserted); $11 the version.
 WITH ins AS (
     INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
-                                 causation_id, ordering_key, deliver_at)
+                                 causation_id, ordering_key, deliver_at, version)
     SELECT $1::text, $2::text, $3::bytea, $4::jsonb, $6::bigint, $7::bigint, $8::text,
-           now() + $5::float8 * interval '1 second'
+           now() + $5::float8 * interval '1 second', $11::int
     WHERE CASE WHEN $10::text IS NULL THEN true
                ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END
     ON CONFLICT (event_type, key) DO NOTHING
@@ -222,7 +223,8 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -248,7 +250,8 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 
@@ -290,7 +293,8 @@ WITH claimed AS (
     RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.run_at, c.id;
 

@@ -44,7 +44,7 @@ ORDER BY s.name;
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -96,6 +96,35 @@ SELECT t.event_type,
            AS subscriptions
 FROM types t WHERE t.event_type IS NOT NULL
 ORDER BY t.event_type;
+
+-- name: health_event_versions
+-- The versions other than 1 in the log, by a skip scan of the partial index
+-- events_versions (one probe per (type, version)), each counted up to $1; and
+-- for each type found there, its version 1 events counted up to $1 through the
+-- (event_type, key) index (the count stops at the cap; few version 1 rows
+-- among many newer ones are looked for among the type's rows). A type absent
+-- from the result has only version 1.
+WITH RECURSIVE found AS (
+    (SELECT event_type, version FROM {schema}.events WHERE version <> 1
+     ORDER BY event_type, version LIMIT 1)
+    UNION ALL
+    SELECT n.event_type, n.version
+    FROM found f CROSS JOIN LATERAL (
+        SELECT e.event_type, e.version FROM {schema}.events e
+        WHERE e.version <> 1 AND (e.event_type, e.version) > (f.event_type, f.version)
+        ORDER BY e.event_type, e.version LIMIT 1) n
+)
+SELECT f.event_type, f.version,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.events e
+                              WHERE e.version <> 1 AND e.event_type = f.event_type
+                                AND e.version = f.version LIMIT $1) c) AS events
+FROM found f
+UNION ALL
+SELECT t.event_type, 1,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.events e
+                              WHERE e.event_type = t.event_type AND e.version = 1 LIMIT $1) c)
+FROM (SELECT DISTINCT event_type FROM found) t
+ORDER BY 1, 2;
 
 -- name: health_subscriptions
 -- Per subscription, from the partial indexes only: pending rows
@@ -188,7 +217,8 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- The dashboard's delivery list: every filter optional, newest first below a
 -- cursor id (one descending walk of the primary key, however deep the page).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -215,7 +245,8 @@ SELECT count(*) FROM (
 -- dead-letter partial index (deliveries_dead), the dead rows alone, instead of
 -- walking the whole history around them.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -265,14 +296,15 @@ ORDER BY d.id
 LIMIT $13;
 
 -- name: event_row
-SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at
+SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at,
+       version AS event_version
 FROM {schema}.events WHERE id = $1;
 
 -- name: event_deliveries
 -- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id

@@ -13,9 +13,9 @@ SELECT (julianday('now') - 2440587.5) * 86400.0;
 -- name: publish
 -- One row; duplicates of (event_type, key) insert nothing and return no row.
 INSERT INTO events (event_type, key, payload, headers, correlation_id, causation_id,
-                    ordering_key, deliver_at, created_at)
+                    ordering_key, deliver_at, created_at, version)
 VALUES (:event_type, :key, :payload, :headers, :correlation_id, :causation_id,
-        :ordering_key, :now + :delay_seconds, :now)
+        :ordering_key, :now + :delay_seconds, :now, :version)
 ON CONFLICT (event_type, key) DO NOTHING
 RETURNING id, deliver_at;
 
@@ -150,7 +150,7 @@ WHERE id IN (
 RETURNING id, event_id, attempts, ordering_key, run_at;
 
 -- name: claimed_events
-SELECT id, event_type, payload, headers, key, correlation_id, created_at, causation_id
+SELECT id, event_type, payload, headers, key, correlation_id, created_at, causation_id, version
 FROM events WHERE id IN (SELECT value FROM json_each(:event_ids));
 
 -- name: complete

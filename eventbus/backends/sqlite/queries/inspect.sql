@@ -45,7 +45,7 @@ ORDER BY s.name;
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -100,6 +100,42 @@ SELECT t.event_type,
 FROM types t WHERE t.event_type IS NOT NULL
 ORDER BY t.event_type;
 
+-- name: health_event_versions
+-- The versions other than 1 in the log, by skip scans of the partial index
+-- events_versions: the types in it (one probe each), then each type's
+-- versions (one probe each), each counted up to :cap; and for each type found
+-- there, its version 1 events counted up to :cap. A type absent from the
+-- result has only version 1.
+WITH RECURSIVE types(event_type) AS (
+    SELECT (SELECT event_type FROM events WHERE version <> 1 ORDER BY event_type LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.event_type FROM events e
+            WHERE e.version <> 1 AND e.event_type > t.event_type ORDER BY e.event_type LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+), found(event_type, version) AS (
+    SELECT t.event_type,
+           (SELECT e.version FROM events e
+            WHERE e.version <> 1 AND e.event_type = t.event_type ORDER BY e.version LIMIT 1)
+    FROM types t WHERE t.event_type IS NOT NULL
+    UNION ALL
+    SELECT f.event_type,
+           (SELECT e.version FROM events e
+            WHERE e.version <> 1 AND e.event_type = f.event_type AND e.version > f.version
+            ORDER BY e.version LIMIT 1)
+    FROM found f WHERE f.version IS NOT NULL
+)
+SELECT f.event_type, f.version,
+       (SELECT count(*) FROM (SELECT 1 FROM events e
+                              WHERE e.version <> 1 AND e.event_type = f.event_type
+                                AND e.version = f.version LIMIT :cap)) AS events
+FROM found f WHERE f.version IS NOT NULL
+UNION ALL
+SELECT t.event_type, 1,
+       (SELECT count(*) FROM (SELECT 1 FROM events e
+                              WHERE e.event_type = t.event_type AND e.version = 1 LIMIT :cap))
+FROM types t WHERE t.event_type IS NOT NULL
+ORDER BY 1, 2;
+
 -- name: health_subscriptions
 -- Per subscription, from the partial indexes only (status spelled literally so
 -- the planner uses them): pending, under a lease, dead.
@@ -153,7 +189,8 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
 -- that it is one descending range read of the primary key, however deep the
 -- page; :ids (a JSON array, or NULL) keeps only the deliveries named.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -184,7 +221,8 @@ SELECT count(*) FROM (
 -- planner may then read deliveries_dead (a few dead rows among millions)
 -- instead of walking the primary key through all of them.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version
 FROM deliveries d INDEXED BY deliveries_dead
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -240,14 +278,15 @@ ORDER BY d.id
 LIMIT :limit;
 
 -- name: event_row
-SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at
+SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at,
+       version AS event_version
 FROM events WHERE id = :id;
 
 -- name: event_deliveries
 -- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
