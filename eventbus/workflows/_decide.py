@@ -446,7 +446,8 @@ def _target(state: State, result: object) -> tuple[str, str, Error | None]:
         case Uncertain(reason=reason):
             return UNCERTAIN, "uncertain", ("uncertain", reason)
         case TimedOut(seconds=limit):
-            return state.on_failure, "timeout", ("timeout", f"{state.name} ran past its timeout of {limit:g}s")
+            error = f"{state.name} ran past its timeout of {limit:g}s"
+            return state.on_failure, "timeout", ("timeout", error)
         case BaseException():
             return state.on_failure, "error", (type(result).__name__, _error_text(result))
     error = f"{state.name} returned {type(result).__name__}, not None, Fail, Goto, Yield or Uncertain"

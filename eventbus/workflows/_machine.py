@@ -285,6 +285,26 @@ class Machine(Generic[C]):
         """The state of that name, following ``renamed``."""
         return self.states.get(name) or self.states.get(self.renamed.get(name, ""))
 
+    def definition(self) -> dict[str, Any]:
+        """The shape of the table: each state's edges (labelled), initial and yield flags, and the terminals.
+
+        Caps, polls, timeouts and the functions are left out: changing them
+        leaves every instance where it can go on. Renames are left out too: a
+        declared rename is how a changed shape is made safe, not a change.
+        """
+        return {
+            "states": {
+                name: {"edges": s.edges(), "initial": s.initial, "continue_run": s.continue_run}
+                for name, s in self.states.items()
+            },
+            "terminals": dict(self.terminals),
+        }
+
+    @property
+    def def_hash(self) -> str:
+        """The SHA-256 of :meth:`definition` (keys sorted): the same table has the same hash everywhere."""
+        return hashlib.sha256(msgspec.json.encode(self.definition(), order="sorted")).hexdigest()
+
     def is_state(self, name: str) -> bool:
         """Whether ``name`` is a state of the table, a terminal or a built-in state."""
         return name in self.states or name in self.terminals or name in (UNCERTAIN, COMPENSATING)
@@ -332,6 +352,7 @@ class Machine(Generic[C]):
             for target in state.edges():
                 if target not in self.states and target not in self.terminals:
                     raise UndeclaredState(f"state {state.name} has an edge to undeclared state {target!r}")
+        self._check_renames()
         seen = set(self._reachable(initial.name))
         unreachable = sorted(
             n for n in [*self.states, *self.terminals] if n not in seen and n not in BUILT_IN_TERMINALS
@@ -346,6 +367,17 @@ class Machine(Generic[C]):
                 raise UncappedCycle(
                     f"machine {self.name!r}: the cycle {' -> '.join(cycle)} passes no state with "
                     "max_visits or max_age, so a run might never end"
+                )
+
+    def _check_renames(self) -> None:
+        for old, new in self.renamed.items():
+            if self.is_state(old):
+                raise DefinitionError(
+                    f"machine {self.name!r} renames {old} to {new} but still has a state {old}"
+                )
+            if new not in self.states:
+                raise UndeclaredState(
+                    f"machine {self.name!r} renames {old} to {new!r}, which is not a non-terminal state"
                 )
 
     def _reachable(self, start: str) -> Iterator[str]:
@@ -387,11 +419,13 @@ class Machine(Generic[C]):
 
 
 def _timeout(value: object, lease_seconds: float, state: str) -> float | None:
-    """A state's ``timeout_seconds``: positive, finite, at most half the lease; :class:`DefinitionError` if not."""
+    """A checked ``timeout_seconds``: positive, finite, at most half the lease (else ``DefinitionError``)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise DefinitionError(f"timeout_seconds of {state} is a number of seconds, not {type(value).__name__}")
+        raise DefinitionError(
+            f"timeout_seconds of {state} is a number of seconds, not {type(value).__name__}"
+        )
     out = float(value)
     if not math.isfinite(out) or out <= 0:
         raise DefinitionError(f"timeout_seconds of {state} must be a positive, finite number, got {out}")

@@ -96,6 +96,6 @@ def test_a_bad_timeout_is_refused_at_definition(value: object, message: str) -> 
 def test_the_timeout_is_checked_again_against_the_lease_at_inclusion() -> None:
     m = timed(lease_seconds=60.0)
     m.lease_seconds = 0.3
-    with pytest.raises(DefinitionError, match="raise Machine\\(lease_seconds=...\\) to at least 0.4"):
+    with pytest.raises(DefinitionError, match=r"raise Machine\(lease_seconds=\.\.\.\) to at least 0\.4"):
         m.check()
     assert "    SLOW : timeout 0.2s" in diagram(timed(), "mermaid")
