@@ -442,14 +442,19 @@ class Workflows:
         return report(m, stored, await self.store.counts(m.name))
 
     async def record_definitions(self, machines: Sequence[str] | None = None) -> list[DefinitionReport]:
-        """Report each machine's table change (a logged warning when live instances are touched),
-        then record its table as the one in force; a worker does this when it starts."""
+        """Report each machine's table change, then record its table as the one in force.
+
+        A worker does this when it starts. The report is a logged warning when
+        the change touches live instances or instances sit in states that are
+        gone; otherwise (nothing live touched, instances only in renamed
+        states) it is logged at info level.
+        """
         reports = []
         for name in self.machines if machines is None else machines:
             m = self.machine(name)
             found = await self.changes(m)
             lines = found.lines()
-            if found.live:
+            if found.problems or (found.changed and found.live):
                 log.warning("%s", "\n".join(lines))
             elif lines:
                 log.info("%s (no live instance is touched)", "\n".join(lines))
