@@ -46,6 +46,7 @@ __all__ = [
     "TickReport",
     "WorkerRow",
     "WorkflowApprovalRow",
+    "WorkflowDefinitionRow",
     "WorkflowEffectRow",
     "WorkflowHistoryRow",
     "WorkflowInstance",
@@ -421,6 +422,18 @@ class WorkflowInstance(msgspec.Struct, frozen=True):
     has_signals: bool = False
     kept: bool = False
     """A start with ``once=True`` named this key: retention keeps its row while it is completed."""
+
+
+class WorkflowDefinitionRow(msgspec.Struct, frozen=True):
+    """The shape of a machine's table as a worker recorded it (see ``Machine.definition``)."""
+
+    machine: str
+    def_hash: str
+    definition: dict[str, Any]
+    first_registered_at: datetime
+    """When a worker first started with this table."""
+    registered_at: datetime
+    """When a worker last started with it: the newest is the table in force."""
 
 
 class WorkflowHistoryRow(msgspec.Struct, frozen=True):

@@ -15,7 +15,7 @@ import msgspec
 from ..bus import Bus
 from ..errors import ConfigurationError
 from ..types import WorkflowStatus
-from ..workflows import Instance
+from ..workflows import DefinitionReport, Instance
 from ..workflows import diagram as render_diagram
 from ._common import COUNT, ID, SECONDS, Obj, enc_hook, load_app, run
 
@@ -225,19 +225,36 @@ def diagram(obj: _WorkflowObj, machine: str, fmt: str, live: bool) -> None:
 @click.argument("machines", nargs=-1)
 @click.pass_obj
 def check(obj: _WorkflowObj, machines: tuple[str, ...]) -> None:
-    """Check definitions against live instances (states that no longer exist); non-zero on a problem."""
+    """Compare each machine's table with the one in force and list the live instances a change touches.
 
-    async def go(bus: Bus) -> list[str]:
-        problems: list[str] = []
-        for name in machines or tuple(bus.workflows.machines):
-            problems += await bus.workflows.check(name)
-        return problems
+    The table in force is the one the last worker to start recorded. Exits
+    non-zero when live instances sit in states the table no longer has (and
+    no ``renamed=`` says where they went).
+    """
 
-    problems = _with_bus(obj, go)
-    for p in problems:
-        click.echo(p)
+    async def go(bus: Bus) -> list[DefinitionReport]:
+        return [await bus.workflows.changes(name) for name in machines or tuple(bus.workflows.machines)]
+
+    reports = _with_bus(obj, go)
+    for r in reports:
+        if r.changed:
+            assert r.stored_hash is not None
+            click.echo(f"{r.machine}: the table changed ({r.stored_hash[:12]} in force -> {r.def_hash[:12]})")
+            for line in r.change.lines():
+                click.echo(f"  {line}")
+    rows = [(r.machine, row) for r in reports for row in r.live]
+    if rows:
+        click.echo(f"{'MACHINE':<20} {'STATE':<20} {'STATUS':<17} {'COUNT':>6}  {'VERDICT':<8} DETAIL")
+    for machine, row in rows:
+        click.echo(
+            f"{machine:<20} {row.state:<20} {row.status:<17} {row.count:>6}  {row.verdict:<8} {row.detail}"
+        )
+    problems = [p for r in reports for p in r.problems]
     if problems:
-        raise click.ClickException(f"{len(problems)} problem(s) found")
+        raise click.ClickException(
+            f"{len(problems)} problem(s): live instances in states their table no longer has "
+            "(declare renamed={'OLD': 'NEW'} or repoint them)"
+        )
     click.echo("ok: every live instance is in a state its machine declares")
 
 

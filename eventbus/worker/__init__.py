@@ -250,6 +250,10 @@ class Worker:
         subs = [s for s in self.bus.subscriptions.values() if self.names is None or s.name in self.names]
         ids = await self.bus.register([s.name for s in subs], served=True)
         self._claims.serve(subs, ids)
+        served = {s.name for s in subs}
+        await self.bus.workflows.record_definitions(
+            [m for m in self.bus.workflows.machines if f"wf.{m}" in served]
+        )
 
     # -- running one delivery ------------------------------------------------------
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from ._context import StepContext
 from ._diagram import diagram
+from ._drift import DefinitionReport, LiveInstances, StateChange, TableChange
 from ._machine import (
     BUILT_IN_TERMINALS,
     CANCELLED,
@@ -51,13 +52,17 @@ __all__ = [
     "MAX_RETRIES",
     "UNCERTAIN",
     "Approval",
+    "DefinitionReport",
     "Fail",
     "Goto",
     "Instance",
+    "LiveInstances",
     "Machine",
     "Outcome",
     "State",
+    "StateChange",
     "StepContext",
+    "TableChange",
     "Uncertain",
     "WorkflowRun",
     "Workflows",

@@ -40,6 +40,7 @@ __all__ = [
     "Ran",
     "RunCompensation",
     "RunState",
+    "TimedOut",
     "Writer",
     "cancel",
     "check_resolution",
@@ -123,6 +124,13 @@ class RunCompensation:
 
     effect: WorkflowEffectRow
     visit: int
+
+
+@dataclass(frozen=True)
+class TimedOut:
+    """The result of a state function cancelled at its ``timeout_seconds``."""
+
+    seconds: float
 
 
 Plan = RunState | RunCompensation | WorkflowTransition | None
@@ -437,6 +445,9 @@ def _target(state: State, result: object) -> tuple[str, str, Error | None]:
             return target, "goto", None
         case Uncertain(reason=reason):
             return UNCERTAIN, "uncertain", ("uncertain", reason)
+        case TimedOut(seconds=limit):
+            error = f"{state.name} ran past its timeout of {limit:g}s"
+            return state.on_failure, "timeout", ("timeout", error)
         case BaseException():
             return state.on_failure, "error", (type(result).__name__, _error_text(result))
     error = f"{state.name} returned {type(result).__name__}, not None, Fail, Goto, Yield or Uncertain"

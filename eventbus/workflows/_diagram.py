@@ -32,6 +32,8 @@ def _notes(state: State) -> list[str]:
         notes.append(f"max {state.max_visits} visits")
     if state.max_age is not None:
         notes.append(f"max age {_duration(state.max_age)}")
+    if state.timeout is not None:
+        notes.append(f"timeout {_duration(state.timeout)}")
     if state.wake_on:
         notes.append("wakes on " + ", ".join(state.wake_on))
     if state.approval is not None:

@@ -19,12 +19,14 @@ import socket
 import time
 from typing import Any
 
+import anyio
+
 from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
 from ..context import Context
 from ..errors import CheckpointTooLarge, ConfigurationError, InvalidCheckpoint
 from ._commits import CommitQueue, LoadQueue
 from ._context import StepContext
-from ._decide import ACTIVE, Compensated, Ran, RunCompensation, RunState, Writer, decide, plan
+from ._decide import ACTIVE, Compensated, Ran, RunCompensation, RunState, TimedOut, Writer, decide, plan
 from ._machine import COMPENSATING, Machine, StepEvent
 from ._outcomes import Fail
 
@@ -84,8 +86,8 @@ class Engine:
         result: object
         data: bytes | None
         try:
-            result = await run.state.fn(run.checkpoint, sctx)
-            data = self.m.encode(run.checkpoint)
+            result = await self._call(run, sctx)
+            data = None if isinstance(result, TimedOut) else self.m.encode(run.checkpoint)
         except CheckpointTooLarge as exc:
             result, data = Fail("checkpoint-too-large", str(exc)), None
         except InvalidCheckpoint as exc:
@@ -93,6 +95,16 @@ class Engine:
         except Exception as exc:  # the state machine is the error boundary
             result, data = exc, None
         return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects))
+
+    @staticmethod
+    async def _call(run: RunState, sctx: StepContext) -> object:
+        """The state function's result, or :class:`TimedOut` when it ran past the state's timeout."""
+        limit = run.state.timeout
+        if limit is None:
+            return await run.state.fn(run.checkpoint, sctx)
+        with anyio.move_on_after(limit):
+            return await run.state.fn(run.checkpoint, sctx)
+        return TimedOut(limit)
 
     async def _compensate(
         self, facts: WorkflowFacts, run: RunCompensation, ctx: Context | None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -122,6 +123,8 @@ class State:
     wake_on: tuple[str, ...] = ()
     approval: Approval | None = None
     initial: bool = False
+    timeout: float | None = None
+    """Seconds one visit's function may run before it is cancelled (its failure edge, outcome ``timeout``)."""
 
     def edges(self) -> dict[str, str]:
         """Every target this state can move to, with the label(s) of its edge."""
@@ -151,7 +154,8 @@ class Machine(Generic[C]):
     :param max_checkpoint_bytes: a transition whose encoded checkpoint is larger
         takes the failure edge (``checkpoint-too-large``) and keeps the old one.
     :param max_age: a cap on the whole run's age; past it the run ends in ``MAX_RETRIES``.
-    :param lease_seconds: lease of a visit's delivery (renewed while it runs).
+    :param lease_seconds: lease of a visit's delivery (renewed while it runs); a
+        state's ``timeout_seconds`` must be at most half of it.
     :param compensation_attempts: tries per compensation before the instance is ``uncertain``.
     :param compensation_retry_seconds: the first wait before a failed compensation is tried again (doubling).
     :param sweep_interval: how often the sweep for lost ticks runs (seconds).
@@ -210,10 +214,21 @@ class Machine(Generic[C]):
         wake_on: str | tuple[str, ...] = (),
         approval: Approval | None = None,
         name: str | None = None,
+        timeout_seconds: float | None = None,
     ) -> Callable[[F], F]:
-        """Declare the decorated ``async def STATE(checkpoint, ctx)`` as a state (named after it)."""
+        """Declare the decorated ``async def STATE(checkpoint, ctx)`` as a state (named after it).
+
+        ``timeout_seconds`` bounds one visit: a state function still running
+        then is cancelled and the visit takes ``on_failure`` with the outcome
+        ``timeout`` (error code ``timeout``) in the history, keeping the
+        checkpoint it read. It counts as a visit (``max_visits`` caps a state
+        that times out again and again) and is not a delivery retry. It must be
+        positive, finite and at most half the machine's ``lease_seconds``, so a
+        visit ends and commits well inside its lease even if renewal stalls.
+        """
         if max_visits is not None and max_visits < 1:
             raise DefinitionError("max_visits must be at least 1")
+        timeout = _timeout(timeout_seconds, self.lease_seconds, name or "this state")
 
         def decorate(fn: F) -> F:
             state_name = name or fn.__name__
@@ -231,6 +246,7 @@ class Machine(Generic[C]):
                 wake_on=(wake_on,) if isinstance(wake_on, str) else tuple(wake_on),
                 approval=approval,
                 initial=initial,
+                timeout=timeout,
             )
             return fn
 
@@ -268,6 +284,26 @@ class Machine(Generic[C]):
     def lookup(self, name: str) -> State | None:
         """The state of that name, following ``renamed``."""
         return self.states.get(name) or self.states.get(self.renamed.get(name, ""))
+
+    def definition(self) -> dict[str, Any]:
+        """The shape of the table: each state's edges (labelled), initial and yield flags, and the terminals.
+
+        Caps, polls, timeouts and the functions are left out: changing them
+        leaves every instance where it can go on. Renames are left out too: a
+        declared rename is how a changed shape is made safe, not a change.
+        """
+        return {
+            "states": {
+                name: {"edges": s.edges(), "initial": s.initial, "continue_run": s.continue_run}
+                for name, s in self.states.items()
+            },
+            "terminals": dict(self.terminals),
+        }
+
+    @property
+    def def_hash(self) -> str:
+        """The SHA-256 of :meth:`definition` (keys sorted): the same table has the same hash everywhere."""
+        return hashlib.sha256(msgspec.json.encode(self.definition(), order="sorted")).hexdigest()
 
     def is_state(self, name: str) -> bool:
         """Whether ``name`` is a state of the table, a terminal or a built-in state."""
@@ -308,6 +344,7 @@ class Machine(Generic[C]):
         """Refuse a table with an undeclared edge, an unreachable state or an uncapped cycle."""
         initial = self.initial
         for state in self.states.values():
+            _timeout(state.timeout, self.lease_seconds, state.name)
             if not state.continue_run and state.poll is None and not state.wake_on:
                 raise DefinitionError(
                     f"state {state.name} yields (continue_run=False) but has no poll or wake_on"
@@ -315,6 +352,7 @@ class Machine(Generic[C]):
             for target in state.edges():
                 if target not in self.states and target not in self.terminals:
                     raise UndeclaredState(f"state {state.name} has an edge to undeclared state {target!r}")
+        self._check_renames()
         seen = set(self._reachable(initial.name))
         unreachable = sorted(
             n for n in [*self.states, *self.terminals] if n not in seen and n not in BUILT_IN_TERMINALS
@@ -329,6 +367,17 @@ class Machine(Generic[C]):
                 raise UncappedCycle(
                     f"machine {self.name!r}: the cycle {' -> '.join(cycle)} passes no state with "
                     "max_visits or max_age, so a run might never end"
+                )
+
+    def _check_renames(self) -> None:
+        for old, new in self.renamed.items():
+            if self.is_state(old):
+                raise DefinitionError(
+                    f"machine {self.name!r} renames {old} to {new} but still has a state {old}"
+                )
+            if new not in self.states:
+                raise UndeclaredState(
+                    f"machine {self.name!r} renames {old} to {new!r}, which is not a non-terminal state"
                 )
 
     def _reachable(self, start: str) -> Iterator[str]:
@@ -367,6 +416,25 @@ class Machine(Generic[C]):
                     path.append(nxt)
                     stack.append(iter(graph[nxt]))
         return []
+
+
+def _timeout(value: object, lease_seconds: float, state: str) -> float | None:
+    """A checked ``timeout_seconds``: positive, finite, at most half the lease (else ``DefinitionError``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DefinitionError(
+            f"timeout_seconds of {state} is a number of seconds, not {type(value).__name__}"
+        )
+    out = float(value)
+    if not math.isfinite(out) or out <= 0:
+        raise DefinitionError(f"timeout_seconds of {state} must be a positive, finite number, got {out}")
+    if out > lease_seconds / 2:
+        raise DefinitionError(
+            f"timeout_seconds={out:g} of {state} is over half the machine's lease_seconds={lease_seconds:g}: "
+            f"raise Machine(lease_seconds=...) to at least {2 * out:g}"
+        )
+    return out
 
 
 def _internal_class(base: type[E], event_type: str) -> type[E]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,11 +32,14 @@ from ..types import (
 )
 from . import _decide
 from ._commits import CommitQueue
-from ._decide import LIVE, Writer
+from ._decide import Writer
+from ._drift import DefinitionReport, report
 from ._engine import Engine
 from ._machine import Machine, StartEvent
 
 __all__ = ["Instance", "WorkflowRun", "Workflows"]
+
+log = logging.getLogger("eventbus.workflows")
 
 C = TypeVar("C")
 _STEP_RETRY = RetryPolicy(max_attempts=20, base_delay_seconds=0.5, max_delay_seconds=30.0)
@@ -311,6 +315,7 @@ class Workflows:
         if not isinstance(name, str) or not name or "\x00" in name:
             raise ConfigurationError(f"a signal name is a non-empty str without NUL, not {name!r}")
         wake = [s.name for s in m.states.values() if name in s.wake_on]
+        wake += [old for old, new in m.renamed.items() if new in wake]  # instances not yet moved on
         data = msgspec.json.encode(payload)
         result = await self.store.signal(m.name, key, name, data, id, wake, run_id)
         if result == "missing":
@@ -422,13 +427,38 @@ class Workflows:
         return total
 
     async def check(self, machine: MachineRef) -> list[str]:
-        """Problems of live instances against the definition (states that no longer exist)."""
+        """Problems of live instances against the definition: states that no longer exist, not renamed."""
+        return (await self.changes(machine)).problems
+
+    async def changes(self, machine: MachineRef) -> DefinitionReport:
+        """The machine's table in the code against the one in force, and the live instances it touches.
+
+        The table in force is the one the last worker to start recorded; a
+        report made before the new code's workers start (``eventbus workflow
+        check`` at deploy time) lists what the deploy changes.
+        """
         m = self.machine(machine)
-        problems = []
-        for (state, status), n in sorted((await self.store.counts(m.name)).items()):
-            if status in LIVE and not m.is_state(state) and state not in m.renamed:
-                problems.append(
-                    f"{n} {status} instance(s) of {m.name} are in {state}, which the table no longer has "
-                    f"(declare renamed={{{state!r}: 'NEW'}} or repoint them)"
-                )
-        return problems
+        stored = await self.store.definition(m.name)
+        return report(m, stored, await self.store.counts(m.name))
+
+    async def record_definitions(self, machines: Sequence[str] | None = None) -> list[DefinitionReport]:
+        """Report each machine's table change, then record its table as the one in force.
+
+        A worker does this when it starts. The report is a logged warning when
+        the change touches live instances or instances sit in states that are
+        gone; otherwise (nothing live touched, instances only in renamed
+        states) it is logged at info level.
+        """
+        reports = []
+        for name in self.machines if machines is None else machines:
+            m = self.machine(name)
+            found = await self.changes(m)
+            lines = found.lines()
+            if found.problems or (found.changed and found.live):
+                log.warning("%s", "\n".join(lines))
+            elif lines:
+                log.info("%s (no live instance is touched)", "\n".join(lines))
+            definition = msgspec.json.encode(m.definition(), order="sorted")
+            await self.store.record_definition(m.name, found.def_hash, definition)
+            reports.append(found)
+        return reports

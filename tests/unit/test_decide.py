@@ -125,6 +125,7 @@ def test_a_plain_state_runs_and_success_takes_the_success_edge() -> None:
         (Yield(), "FAILED", "error", "cannot-yield"),
         (Uncertain("no answer"), "UNCERTAIN", "uncertain", "uncertain"),
         (ValueError("boom"), "FAILED", "error", "ValueError"),
+        (d.TimedOut(2.5), "FAILED", "timeout", "timeout"),
         (42, "FAILED", "error", "bad-return"),
     ],
 )
@@ -132,6 +133,13 @@ def test_each_outcome_is_one_edge(result: object, state: str, outcome: str, code
     t = ran(machine(), facts(), result)
     assert t.history is not None
     assert (t.state, t.history.outcome, t.error_code) == (state, outcome, code)
+
+
+def test_a_timed_out_visit_counts_and_keeps_the_checkpoint_it_read() -> None:
+    before = instance(state="PAY", visits={"PAY": 1})
+    t = ran(machine(), facts(before), d.TimedOut(2.5))
+    assert (t.state, t.visits, t.checkpoint) == ("POLL", {"PAY": 2}, before.checkpoint)
+    assert (t.error_code, t.error) == ("timeout", "PAY ran past its timeout of 2.5s")
 
 
 def test_uncertain_holds_the_state_it_stopped_in() -> None:

@@ -11,6 +11,7 @@ import orjson
 
 from ...types import (
     WorkflowApprovalRow,
+    WorkflowDefinitionRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
     WorkflowInstance,
@@ -274,4 +275,16 @@ class WorkflowStore(Protocol):
     async def sweep(self, machine: str, grace_seconds: float, limit: int = 500) -> int:
         """Publish a step for live instances due for over ``grace_seconds`` that have no step
         pending or processing (their tick was lost); return how many."""
+        ...
+
+    async def record_definition(self, machine: str, def_hash: str, definition: bytes) -> None:
+        """Record the table ``def_hash`` (``definition`` is its JSON) as the one now in force.
+
+        A table seen before keeps its ``first_registered_at`` and gets a new
+        ``registered_at``, so the newest ``registered_at`` is the table in force.
+        """
+        ...
+
+    async def definition(self, machine: str) -> WorkflowDefinitionRow | None:
+        """The table in force (the one recorded most recently), or None when none was."""
         ...

@@ -12,6 +12,7 @@ import orjson
 
 from ...types import (
     WorkflowApprovalRow,
+    WorkflowDefinitionRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
     WorkflowInstance,
@@ -318,3 +319,14 @@ class PgWorkflows:
             if steps:
                 await self._publish_steps(conn, steps)
         return len(steps)
+
+    async def record_definition(self, machine: str, def_hash: str, definition: bytes) -> None:
+        """Record the table ``def_hash`` as the one in force (see ``WorkflowStore.record_definition``)."""
+        async with self.db.conn() as conn:
+            await conn.execute(self.q["wf_definition_record"], machine, def_hash, definition.decode())
+
+    async def definition(self, machine: str) -> WorkflowDefinitionRow | None:
+        """The table in force, or None when none was recorded."""
+        async with self.db.conn() as conn:
+            row = await conn.fetchrow(self.q["wf_definition"], machine)
+        return None if row is None else row_as(WorkflowDefinitionRow, row, json=("definition",))

@@ -16,6 +16,7 @@ import orjson
 
 from ...types import (
     WorkflowApprovalRow,
+    WorkflowDefinitionRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
     WorkflowInstance,
@@ -131,6 +132,16 @@ class SQLiteWorkflows:
         count, types = await self._db.write(sweep, machine, grace_seconds, limit)
         self._db.wake(types)
         return count
+
+    async def record_definition(self, machine: str, def_hash: str, definition: bytes) -> None:
+        params = {"machine": machine, "def_hash": def_hash, "definition": definition.decode()}
+        await self._db.write(
+            lambda conn, q, now: conn.execute(q["wf_definition_record"], {**params, "now": now})
+        )
+
+    async def definition(self, machine: str) -> WorkflowDefinitionRow | None:
+        found = await self._db.fetch("wf_definition", {"machine": machine})
+        return row_as(WorkflowDefinitionRow, found[0], json=("definition",)) if found else None
 
 
 def instance_of(row: Row) -> WorkflowInstance:

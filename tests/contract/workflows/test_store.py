@@ -95,3 +95,23 @@ async def test_a_signal_is_stored_for_the_live_run_only(bus: Bus) -> None:
         (1, "id-1"),
         (2, "id-1"),
     ]
+
+
+async def test_the_newest_recorded_table_is_the_one_in_force(bus: Bus) -> None:
+    store = bus.backend.workflows
+    assert await store.definition("shape") is None
+    await store.record_definition("shape", "h1", b'{"states":{"A":{"edges":{"DONE":"success"}}}}')
+    await store.record_definition("other", "h9", b"{}")
+    one = await store.definition("shape")
+    assert one is not None and (one.machine, one.def_hash) == ("shape", "h1")
+    assert one.definition == {"states": {"A": {"edges": {"DONE": "success"}}}}
+    assert one.registered_at == one.first_registered_at
+
+    await store.record_definition("shape", "h2", b'{"states":{}}')
+    two = await store.definition("shape")
+    assert two is not None and (two.def_hash, two.definition) == ("h2", {"states": {}})
+
+    await store.record_definition("shape", "h1", b'{"states":{"A":{"edges":{"DONE":"success"}}}}')
+    back = await store.definition("shape")
+    assert back is not None and back.def_hash == "h1", "a table recorded again is in force again"
+    assert back.first_registered_at == one.first_registered_at and back.registered_at > one.registered_at

@@ -271,3 +271,16 @@ WHERE i.next_run_at < now() - $2::float8 * interval '1 second' AND i.machine = $
         WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
           AND d.status = 'processing')
 ORDER BY i.next_run_at LIMIT $3;
+
+-- name: wf_definition_record
+-- The table a worker starts with becomes the one in force (a known one keeps
+-- when it was first seen).
+INSERT INTO {schema}.wf_definitions (machine, def_hash, definition)
+VALUES ($1, $2, $3::jsonb)
+ON CONFLICT (machine, def_hash) DO UPDATE SET registered_at = now();
+
+-- name: wf_definition
+-- The table in force: the one recorded most recently.
+SELECT machine, def_hash, definition, first_registered_at, registered_at
+FROM {schema}.wf_definitions WHERE machine = $1
+ORDER BY registered_at DESC, def_hash LIMIT 1;

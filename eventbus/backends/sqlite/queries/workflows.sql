@@ -201,3 +201,16 @@ WHERE i.next_run_at < :now - :grace_seconds AND i.machine = :machine
         WHERE s.event_type = 'wf.step.' || i.machine AND d.ordering_key = i.machine || '/' || i.key
           AND d.status IN ('pending', 'processing'))
 ORDER BY i.next_run_at LIMIT :limit;
+
+-- name: wf_definition_record
+-- The table a worker starts with becomes the one in force (a known one keeps
+-- when it was first seen).
+INSERT INTO wf_definitions (machine, def_hash, definition, first_registered_at, registered_at)
+VALUES (:machine, :def_hash, :definition, :now, :now)
+ON CONFLICT (machine, def_hash) DO UPDATE SET registered_at = :now;
+
+-- name: wf_definition
+-- The table in force: the one recorded most recently.
+SELECT machine, def_hash, definition, first_registered_at, registered_at
+FROM wf_definitions WHERE machine = :machine
+ORDER BY registered_at DESC, def_hash LIMIT 1;
