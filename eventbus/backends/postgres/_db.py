@@ -201,6 +201,8 @@ class PgDb:
     ) -> None:
         self.dsn = check_dsn(dsn)
         self.server_settings = session_settings(dead_client_seconds)
+        self.dead_client_seconds = dead_client_seconds
+        """The dead-client guard sent with each session (None: the server's own settings)."""
         self.schema = validate_schema(schema)
         self.channel = notify_channel(self.schema)
         """The NOTIFY channel every wake-up of this schema goes through."""
