@@ -149,6 +149,9 @@ async def _keep_session(conn: Any) -> None:
     """
 
 
+_KEPT_FOR_THE_WORKER = 2
+"""Pooled connections transactional handlers leave to everything else (see ``PgDb.handler_slots``)."""
+
 DEAD_CLIENT_SECONDS = 10.0
 """How long the server keeps a session whose client stopped answering (see :func:`session_settings`)."""
 
@@ -212,6 +215,9 @@ class PgDb:
         """What :meth:`open` runs once: the backend's schema check or its migration."""
         self.ready = False
         self._pool_size = (min_pool_size, max_pool_size)
+        self.handler_slots = anyio.Semaphore(max(1, max_pool_size - _KEPT_FOR_THE_WORKER))
+        """Transactional handlers running at once: each holds a pooled connection for its duration,
+        and a few connections stay free for the worker's claims, results and lease renewals."""
         self._statement_lifetime = statement_lifetime_seconds
         self.statement_cache = statement_cache
         """Whether connections keep named prepared statements (off behind a transaction pooler)."""

@@ -66,12 +66,15 @@ async def handler_transaction(
 ) -> AsyncIterator[PgHandlerTransaction]:
     """A pooled connection inside a transaction; rolled back unless the handler's completion committed it.
 
+    At most ``max_pool_size`` - 2 run at once in a process (``PgDb.handler_slots``), so that a
+    queue of handlers never keeps the worker's lease renewals and claims from a connection.
+
     The session's dead-client guard ends a transaction idle for
     ``dead_client_seconds``; a handler allowed to run longer than that raises
     it for its own transaction (one ``set_config`` more).
     """
     db = deliveries.db
-    async with db.conn("a transactional handler") as conn:
+    async with db.handler_slots, db.conn("a transactional handler") as conn:
         transaction = conn.transaction()
         with translate_errors("a transactional handler", db.command_timeout):
             await transaction.start()
@@ -79,8 +82,7 @@ async def handler_transaction(
         try:
             limit = _idle_limit(db.dead_client_seconds, timeout_seconds)
             if limit is not None:
-                with translate_errors("a transactional handler", db.command_timeout):
-                    await conn.execute(db.q["transaction_idle_limit"], limit)
+                await deliveries.allow_idle(conn, limit)
             yield handle
         finally:
             if not handle.done:

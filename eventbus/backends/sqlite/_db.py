@@ -73,6 +73,8 @@ class SQLiteDb:
         self._wal_bytes = 0  # size of the WAL after this process's last commit
         self._open_lock = anyio.Lock()
         self._waker = Waker()
+        self.handler_turn = anyio.Lock()
+        """Taken by a transactional handler before the writer link (see ``_transaction``)."""
 
     # -- lifecycle -------------------------------------------------------
 

@@ -8,6 +8,11 @@ writes (claims, results, lease renewals, heartbeats) wait on the link's lock
 in turn, and other processes' writers wait on the file's lock for up to their
 lock deadline (four times ``busy_timeout_ms``, at least 5 s). A handler's timeout is
 therefore capped at half that deadline (:class:`ConfigurationError` beyond).
+
+Transactional handlers of one process take their turn on a lock of their own
+before they queue for the writer link, so at most one of them waits there:
+a lease renewal or a claim waits for one handler at most, not for every
+handler queued behind it.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ async def handler_transaction(
             f"must be at most {cap:g}s (half the lock deadline of other writers, busy_timeout_ms x 4), "
             f"got {timeout_seconds}"
         )
-    async with db.held_writer() as (link, call):
+    async with db.handler_turn, db.held_writer() as (link, call):
         deadline = link.deadline_seconds
         try:
             await call(lambda conn: _link.begin(conn, deadline))

@@ -25,7 +25,7 @@ from eventbus import Context, Envelope, RetryPolicy, Worker
 
 from ...apps.txn_events import TxnJob
 from ...conftest import Target
-from ...support.helpers import OrderPlaced
+from ...support.helpers import OrderPlaced, drain
 from ...support.processes import EVENTBUS
 from ._support import Procs, drained, settled, worker_id_of
 
@@ -100,6 +100,34 @@ async def test_a_lease_taken_over_while_the_handler_runs_rolls_its_writes_back(p
         assert [r["attempt"] for r in rows] == [2]
         assert detail.attempts == 2
         assert [a.error_type for a in detail.history] == ["LeaseExpired"]
+    finally:
+        await bus.aclose()
+
+
+async def test_a_handler_allowed_past_the_dead_client_guard_keeps_its_transaction(pg_target: Target) -> None:
+    """The session ends a transaction idle for ``dead_client_seconds`` (1 s here); a transactional
+    handler whose timeout is longer waits 2.5 s inside its transaction and still commits."""
+    bus = pg_target.bus(dead_client_seconds=1)
+    await bus.migrate()
+    await _app_table(pg_target)
+    table = f'"{pg_target.schema}".app_rows'
+
+    @bus.subscribe(
+        OrderPlaced, name="h", transactional=True, timeout_seconds=5, retry=RetryPolicy(max_attempts=1)
+    )
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        await ctx.connection.execute(f"INSERT INTO {table} VALUES ($1, 0, 0, $2)", ctx.event_id, ctx.attempt)
+        await anyio.sleep(2.5)  # idle in the transaction, past the session's limit
+
+    try:
+        await bus.register()
+        await bus.publish(OrderPlaced(order_id="o-1"))
+        assert (await drain(bus)).processed == 1
+        conn = await asyncpg.connect(pg_target.dsn)
+        try:
+            assert await conn.fetchval(f"SELECT count(*) FROM {table}") == 1
+        finally:
+            await conn.close()
     finally:
         await bus.aclose()
 
