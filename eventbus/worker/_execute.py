@@ -1,7 +1,8 @@
 """Running one delivery: decode, call the handler, and turn what happened into a result.
 
 This is the hook point for observability: the tracker wraps every handler
-call. Nothing here touches the database.
+call. Nothing here writes results: a transactional handler's connection is
+handed in by ``_transact``, which owns its transaction.
 """
 
 from __future__ import annotations
