@@ -7,6 +7,10 @@ and emits one follow-up without a key. 3 worker processes with a 2 s lease;
 a random one is SIGKILLed 10 times at random moments and restarted.
 Afterwards: exactly one application row and one follow-up per job, every
 delivery completed, no lock error in any log, ``PRAGMA integrity_check`` ok.
+
+Beside it: a worker SIGKILLed while its handler holds the write transaction
+open leaves nothing behind, and a handler timeout past what other writers
+wait for the lock is refused.
 """
 
 from __future__ import annotations
@@ -141,3 +145,40 @@ def test_kill_soak_transactional_handler(tmp_path: Path) -> None:
         f"\ntransactional kill soak (sqlite): {KILLS} SIGKILLs, {orphaned} orphaned leases; "
         f"{2 * JOBS} deliveries in {elapsed:.1f}s"
     )
+
+
+def test_sigkill_inside_the_write_transaction_leaves_no_writes(tmp_path: Path) -> None:
+    """A worker killed while its handler holds the write transaction open (it inserted its row and
+    waits): the file keeps nothing of it, the lock is free, and the next run writes the only row."""
+    db = tmp_path / "bus.db"
+    dsn = prepare(db)
+    with connect(db) as conn:
+        conn.execute(
+            "CREATE TABLE app_rows (event_id INTEGER NOT NULL, n INTEGER NOT NULL, "
+            "pid INTEGER NOT NULL, attempt INTEGER NOT NULL)"
+        )
+    procs = Procs(dsn, tmp_path / "records", tmp_path)
+    try:
+        slow = procs.spawn([EVENTBUS, "worker", APP, *WORKER_ARGS], procs.env({"TXN_SLEEP": "5"}), "slow")
+        wait_until(lambda: slow.pid in worker_pids(db), 30, what="the slow worker to start")
+        asyncio.run(_publish_some(dsn, 3))
+        wait_until(
+            lambda: scalar(db, "SELECT count(*) FROM deliveries WHERE status = 'processing'"),
+            20,
+            what="a claim",
+        )
+        time.sleep(0.5)  # the first handler has inserted its row and waits inside its transaction
+        slow.kill()
+        assert scalar(db, "SELECT count(*) FROM app_rows") == 0
+        procs.spawn([EVENTBUS, "worker", APP, *WORKER_ARGS], procs.env(WORKER_ENV), "fast")
+        drained(db, "after the kill", stall=30)
+    finally:
+        procs.close()
+    assert integrity(db) == ["ok"]
+    assert scalar(db, "SELECT count(*) FROM app_rows") == 3
+    assert dict(rows(db, "SELECT status, count(*) FROM deliveries GROUP BY 1")) == {"completed": 6}
+
+
+async def _publish_some(dsn: str, n: int) -> None:
+    async with Bus(dsn) as bus:
+        await bus.publish_many([Envelope(TxnJob(n=i), key=f"j{i}") for i in range(n)])
