@@ -7,9 +7,9 @@ executes one delivery at a time outside any transaction (``_execute``, where
 the observability hooks wrap the handler); one writer batches the results
 (``_results``): completions with their follow-up events in one transaction,
 fenced by the lease token. A transactional handler runs inside the
-transaction that completes its delivery (``_transact``). Beside them run the LISTEN connection and the
-upkeep services (``_upkeep``): lease renewal, expired-lease recovery,
-liveness, schedule ticks and retention. ``_inflight`` is the one registry of
+transaction that completes its delivery (``_transact``). Beside them run the
+LISTEN connection and the upkeep services (``_upkeep``): lease renewal,
+expired-lease recovery, liveness, schedule ticks and retention. ``_inflight`` is the one registry of
 claimed runs.
 """
 

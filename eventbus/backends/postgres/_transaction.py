@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PgHandlerTransaction", "handler_transaction"]
 
+_ROLLBACK_SECONDS = 5.0
+"""How long a rollback may take before the connection is given up (the pool then closes it)."""
+
 
 class PgHandlerTransaction:
     """The open transaction of one handler run (see ``HandlerTransaction``)."""
@@ -86,5 +89,6 @@ async def handler_transaction(
             yield handle
         finally:
             if not handle.done:
-                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                # shielded, so a stop cannot leave it open; bounded, so a silent server cannot hold the stop
+                with anyio.move_on_after(_ROLLBACK_SECONDS, shield=True), contextlib.suppress(Exception):
                     await transaction.rollback()
