@@ -122,6 +122,8 @@ class State:
     wake_on: tuple[str, ...] = ()
     approval: Approval | None = None
     initial: bool = False
+    transactional: bool = False
+    """The state writes through ``ctx.connection``, in the transaction its transition commits in."""
 
     def edges(self) -> dict[str, str]:
         """Every target this state can move to, with the label(s) of its edge."""
@@ -210,8 +212,15 @@ class Machine(Generic[C]):
         wake_on: str | tuple[str, ...] = (),
         approval: Approval | None = None,
         name: str | None = None,
+        transactional: bool = False,
     ) -> Callable[[F], F]:
-        """Declare the decorated ``async def STATE(checkpoint, ctx)`` as a state (named after it)."""
+        """Declare the decorated ``async def STATE(checkpoint, ctx)`` as a state (named after it).
+
+        With ``transactional=True`` the state gets ``ctx.connection`` inside the
+        transaction its transition commits in: its writes commit with the
+        transition or not at all, and a state that raises (or runs past
+        :data:`~eventbus.router.TRANSACTIONAL_TIMEOUT_SECONDS`) rolls them back.
+        """
         if max_visits is not None and max_visits < 1:
             raise DefinitionError("max_visits must be at least 1")
 
@@ -231,6 +240,7 @@ class Machine(Generic[C]):
                 wake_on=(wake_on,) if isinstance(wake_on, str) else tuple(wake_on),
                 approval=approval,
                 initial=initial,
+                transactional=transactional,
             )
             return fn
 

@@ -8,7 +8,11 @@ commit of one event would show as a second row) through ``ctx.connection``,
 waits ``TXN_SLEEP`` seconds inside its transaction, and emits one follow-up
 without a key (so a second commit would show as a second follow-up).
 
-``TXN_LEASE``   lease seconds of both subscriptions (default 2)
+It also starts, with ctx.start, one run of the ``record`` machine per job,
+whose transactional state ``WRITE`` inserts one row into ``wf_rows`` (no
+unique constraint either) in the transaction of its transition.
+
+``TXN_LEASE``   lease seconds of both subscriptions and of the machine's steps (default 2)
 ``TXN_SLEEP``   seconds the transactional handler waits inside its transaction (default 0)
 """
 
@@ -17,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import os
 
+import msgspec
+
 from eventbus import Bus, Context, RetryPolicy
+from eventbus.workflows import FAILED, Machine, StepContext
 
 from .txn_events import TxnFollowUp, TxnJob
 
@@ -27,7 +34,30 @@ SQLITE = os.environ.get("EVENTBUS_DSN", "").startswith("sqlite:")
 TABLE = "app_rows" if SQLITE else f'"{os.environ.get("EVENTBUS_SCHEMA", "eventbus")}".app_rows'
 RETRY = RetryPolicy(max_attempts=25, base_delay_seconds=0.05, jitter=0.0)
 
+WF_TABLE = "wf_rows" if SQLITE else f'"{os.environ.get("EVENTBUS_SCHEMA", "eventbus")}".wf_rows'
+
 bus = Bus()
+
+
+class Record(msgspec.Struct):
+    n: int
+
+
+record = Machine("record", checkpoint=Record, key=lambda c: f"r{c.n}", lease_seconds=LEASE)
+
+
+@record.state(initial=True, on_success="DONE", on_failure=FAILED, transactional=True)
+async def WRITE(c: Record, ctx: StepContext) -> None:
+    if SQLITE:
+        sql = f"INSERT INTO {WF_TABLE} (n, version, pid) VALUES (?, ?, ?)"
+        await ctx.connection.execute(sql, (c.n, ctx.version, os.getpid()))
+    else:
+        sql = f"INSERT INTO {WF_TABLE} (n, version, pid) VALUES ($1, $2, $3)"
+        await ctx.connection.execute(sql, c.n, ctx.version, os.getpid())
+
+
+record.terminal("DONE")
+bus.include(record)
 
 
 @bus.subscribe(TxnJob, name="txn", lease_seconds=LEASE, retry=RETRY, transactional=True)
@@ -41,6 +71,7 @@ async def on_job(event: TxnJob, ctx: Context) -> None:
     if SLEEP:
         await asyncio.sleep(SLEEP)
     ctx.emit(TxnFollowUp(n=event.n))
+    ctx.start(record, Record(n=event.n))
 
 
 @bus.subscribe(TxnFollowUp, name="followup", lease_seconds=LEASE, retry=RETRY)

@@ -36,6 +36,7 @@ from .schema import SchemaStore
 from .workflows import (
     EFFECT_JSON,
     SignalResult,
+    StateTransaction,
     WorkflowApprovalRequest,
     WorkflowEffect,
     WorkflowFacts,
@@ -66,6 +67,7 @@ __all__ = [
     "ScheduleStore",
     "SchemaStore",
     "SignalResult",
+    "StateTransaction",
     "SubscriptionSpec",
     "TickPlan",
     "Wakeups",

@@ -289,6 +289,11 @@ class PgDb:
         async with self.conn(operation) as conn, conn.transaction():
             yield conn
 
+    async def allow_idle(self, conn: Any, limit: str) -> None:
+        """Let the transaction open on ``conn`` stay idle for ``limit`` (a PostgreSQL interval)."""
+        with translate_errors("a transactional handler", self.command_timeout):
+            await conn.execute(self.q["transaction_idle_limit"], limit)
+
     # -- the held publish connection ---------------------------------------
 
     @property

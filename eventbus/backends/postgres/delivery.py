@@ -242,11 +242,6 @@ class PgDeliveries:
             await start_on(self.db, conn, start)
         return done
 
-    async def allow_idle(self, conn: Any, limit: str) -> None:
-        """Let the transaction open on ``conn`` stay idle for ``limit`` (a PostgreSQL interval)."""
-        with translate_errors("a transactional handler", self.db.command_timeout):
-            await conn.execute(self.q["transaction_idle_limit"], limit)
-
     def transaction(self, timeout_seconds: float) -> AbstractAsyncContextManager[HandlerTransaction]:
         """A pooled connection in a transaction for one transactional handler (see ``DeliveryStore``)."""
         return handler_transaction(self, timeout_seconds)

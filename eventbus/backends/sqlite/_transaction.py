@@ -1,13 +1,14 @@
-"""A transactional handler's transaction on SQLite: the writer link, held in BEGIN IMMEDIATE.
+"""The transaction of a transactional handler or state on SQLite: the writer link, held in BEGIN IMMEDIATE.
 
 The handler gets the writer link's own aiosqlite connection inside a ``BEGIN
-IMMEDIATE`` transaction; the completion (fenced by lease token, with its
-follow-ups and starts) is written last on it, and one ``COMMIT`` ends both.
-While the handler runs it holds the file's write lock: this process's other
-writes (claims, results, lease renewals, heartbeats) wait on the link's lock
-in turn, and other processes' writers wait on the file's lock for up to their
-lock deadline (four times ``busy_timeout_ms``, at least 5 s). A handler's timeout is
-therefore capped at half that deadline (:class:`ConfigurationError` beyond).
+IMMEDIATE`` transaction; the bus's own write (a delivery's completion with
+its follow-ups and starts, or a state machine's transition), guarded as
+always, goes last on it, and one ``COMMIT`` ends both. While the handler runs
+it holds the file's write lock: this process's other writes (claims,
+results, lease renewals, heartbeats) wait on the link's lock in turn, and
+other processes' writers wait on the file's lock for up to their lock
+deadline (four times ``busy_timeout_ms``, at least 5 s). A handler's timeout
+is therefore capped at half that deadline (:class:`ConfigurationError` beyond).
 
 Transactional handlers of one process take their turn on a lock of their own
 before they queue for the writer link, so at most one of them waits there:
@@ -20,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -29,7 +30,15 @@ from ..ports import Completion, LeaseKey
 from . import _link
 from ._db import SQLiteDb
 
-__all__ = ["CompleteBody", "SQLiteHandlerTransaction", "handler_transaction"]
+__all__ = [
+    "CompleteBody",
+    "SQLiteHandlerTransaction",
+    "SQLiteTransaction",
+    "handler_transaction",
+    "open_transaction",
+]
+
+T = TypeVar("T")
 
 CompleteBody = Callable[
     [sqlite3.Connection, Any, float, Sequence[Completion]], tuple[set[LeaseKey], set[str]]
@@ -42,54 +51,48 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
-class SQLiteHandlerTransaction:
-    """The open transaction of one handler run (see ``HandlerTransaction``)."""
+class SQLiteTransaction:
+    """The writer link held in an open write transaction, ended by :meth:`finish` or rolled back."""
 
-    def __init__(
-        self, db: SQLiteDb, connection: Any, call: Callable[..., Awaitable[Any]], body: CompleteBody
-    ) -> None:
+    def __init__(self, db: SQLiteDb, connection: Any, call: Callable[..., Awaitable[Any]]) -> None:
         self._db = db
         self._connection = connection
         self._call = call
-        self._body = body
         self.committed = False
 
     @property
     def connection(self) -> Any:
         return self._connection
 
-    async def commit(self, completion: Completion) -> bool:
-        """Complete the delivery in the held transaction and commit; roll back when the lease is gone."""
-        q, body = self._db.q, self._body
+    async def finish(
+        self, write: Callable[[sqlite3.Connection, Any, float], tuple[T | None, set[str]]]
+    ) -> T | None:
+        """Run the bus's guarded ``write(conn, q, now)`` in the transaction; commit when it returns
+        a value, roll everything back (and return None) when it returns None."""
+        q = self._db.q
 
-        def unit(conn: sqlite3.Connection) -> tuple[bool, set[str]]:
+        def unit(conn: sqlite3.Connection) -> tuple[T | None, set[str]]:
             if not conn.in_transaction:
-                raise BackendError(
-                    "the transactional handler ended its transaction itself (COMMIT or ROLLBACK)"
-                )
+                raise BackendError("the transactional handler ended its transaction (COMMIT or ROLLBACK)")
             try:
                 now: float = conn.execute(q["now"]).fetchone()[0]
-                done, types = body(conn, q, now, [completion])
-                if completion.lease not in done:
-                    conn.execute("ROLLBACK")
-                    return False, set()
-                conn.execute("COMMIT")
+                result, types = write(conn, q, now)
+                conn.execute("ROLLBACK" if result is None else "COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
-            return True, types
+            return result, types if result is not None else set()
 
-        applied, types = await self._call(unit)
-        self.committed = applied
+        outcome: tuple[T | None, set[str]] = await self._call(unit)
+        result, types = outcome
+        self.committed = result is not None
         self._db.wake(types)
-        return bool(applied)
+        return result
 
 
 @contextlib.asynccontextmanager
-async def handler_transaction(
-    db: SQLiteDb, timeout_seconds: float, body: CompleteBody
-) -> AsyncIterator[SQLiteHandlerTransaction]:
-    """The writer link in BEGIN IMMEDIATE for one handler run; rolled back unless its completion committed."""
+async def open_transaction(db: SQLiteDb, timeout_seconds: float) -> AsyncIterator[SQLiteTransaction]:
+    """The writer link in BEGIN IMMEDIATE for one handler run; rolled back unless ``finish`` committed it."""
     cap = db.options.lock_deadline_seconds / 2
     if not timeout_seconds <= cap:
         raise ConfigurationError(
@@ -101,10 +104,41 @@ async def handler_transaction(
         deadline = link.deadline_seconds
         try:
             await call(lambda conn: _link.begin(conn, deadline))
-            handle = SQLiteHandlerTransaction(db, link.db, call, body)
+            handle = SQLiteTransaction(db, link.db, call)
             yield handle
         finally:
             with anyio.CancelScope(shield=True):
                 await call(_rollback)
     if handle.committed:
         await db.wrote()
+
+
+class SQLiteHandlerTransaction:
+    """A transactional handler's transaction (see ``HandlerTransaction``)."""
+
+    def __init__(self, transaction: SQLiteTransaction, body: CompleteBody) -> None:
+        self._transaction = transaction
+        self._body = body
+
+    @property
+    def connection(self) -> Any:
+        return self._transaction.connection
+
+    async def commit(self, completion: Completion) -> bool:
+        """Complete the delivery in the held transaction and commit; roll back when the lease is gone."""
+        body = self._body
+
+        def complete(conn: sqlite3.Connection, q: Any, now: float) -> tuple[bool | None, set[str]]:
+            done, types = body(conn, q, now, [completion])
+            return (True if completion.lease in done else None), types
+
+        return bool(await self._transaction.finish(complete))
+
+
+@contextlib.asynccontextmanager
+async def handler_transaction(
+    db: SQLiteDb, timeout_seconds: float, body: CompleteBody
+) -> AsyncIterator[SQLiteHandlerTransaction]:
+    """The transaction of one transactional handler run (see ``DeliveryStore.transaction``)."""
+    async with open_transaction(db, timeout_seconds) as transaction:
+        yield SQLiteHandlerTransaction(transaction, body)

@@ -1,13 +1,15 @@
-"""Transactional handlers on PostgreSQL under faults: a lease taken over mid-run, and SIGKILLs.
+"""Transactional handlers and states on PostgreSQL under faults: a lease taken over mid-run, SIGKILLs.
 
-Kill soak: 3,000 ``txn.job`` events, each handled by a transactional handler
+Kill soak: 2,000 ``txn.job`` events, each handled by a transactional handler
 that inserts one row into the application's table ``app_rows`` (no unique
-constraint) through ``ctx.connection``, waits 30 ms inside its transaction and
-emits one follow-up without a key; 3 worker processes with a 2 s lease, one
-of them SIGKILLed 10 times at random moments and restarted. Afterwards:
-exactly one application row and one follow-up per job, every delivery
-completed, and the kills left claimed deliveries behind (so handlers did run
-again after a kill, and their first runs' writes are gone).
+constraint) through ``ctx.connection``, waits 30 ms inside its transaction,
+emits one follow-up without a key and starts a run of a state machine whose
+transactional state inserts one row into ``wf_rows`` with its transition.
+3 worker processes with a 2 s lease, one of them SIGKILLed 10 times at random
+moments and restarted. Afterwards: exactly one application row, one
+follow-up and one completed run with one ``wf_rows`` row per job, every
+delivery completed, and the kills left claimed deliveries behind (so
+handlers did run again after a kill, and their first runs' writes are gone).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from ...support.helpers import OrderPlaced, drain
 from ...support.processes import EVENTBUS
 from ._support import Procs, drained, settled, worker_id_of
 
-JOBS = 3000
+JOBS = 2000
 WORKERS = 3
 KILLS = 10
 WORKER_ARGS = ("--concurrency", "5", "--batch-size", "5", "--poll-interval", "1", "--grace", "1")
@@ -43,6 +45,10 @@ async def _app_table(target: Target) -> None:
         await conn.execute(
             f'CREATE TABLE "{target.schema}".app_rows (event_id bigint NOT NULL, n integer NOT NULL, '
             "pid integer NOT NULL, attempt integer NOT NULL)"
+        )
+        await conn.execute(
+            f'CREATE TABLE "{target.schema}".wf_rows (n integer NOT NULL, version integer NOT NULL, '
+            "pid integer NOT NULL)"
         )
     finally:
         await conn.close()
@@ -145,7 +151,12 @@ async def _check(db: asyncpg.Connection, s: str) -> tuple[int, int]:
     statuses = {
         r[0]: r[1] for r in await db.fetch(f'SELECT status, count(*) FROM "{s}".deliveries GROUP BY 1')
     }
-    assert statuses == {"completed": 2 * JOBS}, statuses
+    assert set(statuses) == {"completed"}, statuses
+    # One run of the machine per job, completed, and one row of its transactional state each.
+    runs = await db.fetch(f'SELECT status, run_id FROM "{s}".wf_instances')
+    assert len(runs) == JOBS and {(r["status"], r["run_id"]) for r in runs} == {("completed", 1)}
+    assert await db.fetchval(f'SELECT count(*) FROM "{s}".wf_rows') == JOBS
+    assert await db.fetchval(f'SELECT count(DISTINCT n) FROM "{s}".wf_rows') == JOBS
     assert await db.fetchval(f'SELECT count(*) FROM "{s}".app_rows') == JOBS
     assert await db.fetchval(f'SELECT count(DISTINCT n) FROM "{s}".app_rows') == JOBS
     follow_ups = await db.fetch(
@@ -195,10 +206,11 @@ async def test_kill_soak_transactional_handler(
     await drained(db, s, "transactional soak")
     elapsed = time.monotonic() - started
     orphaned, reruns = await _check(db, s)
+    done = await db.fetchval(f'SELECT count(*) FROM "{s}".deliveries')
     assert orphaned > 0, "no kill left a claimed delivery behind"
     print(
         f"\ntransactional kill soak (postgres): {KILLS} SIGKILLs, {orphaned} orphaned leases, "
-        f"{reruns} deliveries run more than once; {2 * JOBS} deliveries in {elapsed:.1f}s"
+        f"{reruns} deliveries run more than once; {done} deliveries in {elapsed:.1f}s"
     )
 
 
