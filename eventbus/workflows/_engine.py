@@ -126,8 +126,11 @@ class Engine:
         result: object
         data: bytes | None
         try:
-            with anyio.fail_after(timeout_seconds):
+            if timeout_seconds is None:  # no cancel scope on the hot path
                 result = await run.state.fn(run.checkpoint, sctx)
+            else:
+                with anyio.fail_after(timeout_seconds):
+                    result = await run.state.fn(run.checkpoint, sctx)
             data = self.m.encode(run.checkpoint)
         except CheckpointTooLarge as exc:
             result, data = Fail("checkpoint-too-large", str(exc)), None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import anyio
 import asyncpg
 import msgspec
 import pytest
@@ -24,6 +25,7 @@ from ...support.helpers import drain
 class Stage(msgspec.Struct):
     id: str
     fail_first: bool = False
+    hang_first: bool = False
     stale: bool = False
 
 
@@ -67,6 +69,8 @@ async def WRITE(c: Stage, ctx: StepContext) -> None:
     await db.write(ctx, f"INSERT INTO {db.table} VALUES ($1, $2)", c.id, ctx.visit)
     if c.fail_first and ctx.visit == 1:
         raise RuntimeError("the stage failed after writing")
+    if c.hang_first and ctx.visit == 1:
+        await anyio.sleep(5)
     if c.stale:  # another writer moved the instance meanwhile: this visit's transition is refused
         prefix = "" if db.target.kind == "sqlite" else f'"{db.target.schema}".'
         await db.write(ctx, f"UPDATE {prefix}wf_instances SET version = version + 1 WHERE key = $1", c.id)
@@ -135,3 +139,15 @@ async def test_a_state_that_is_not_transactional_has_no_connection(sbus: Bus) ->
     inst = await sbus.workflows.instance(plain, "p")
     assert (inst.status, inst.last_error_code) == ("failed", ConfigurationError.__name__)
     assert "transactional=True" in (inst.last_error or "")
+
+
+async def test_a_state_past_its_timeout_rolls_back_its_writes(
+    sbus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert db is not None
+    monkeypatch.setattr("eventbus.workflows._engine.TRANSACTIONAL_TIMEOUT_SECONDS", 0.3)
+    await sbus.workflows.start(stages, Stage("h", hang_first=True))
+    await drain(sbus)
+    assert await db.run(f"SELECT key, visit FROM {db.table}") == [("h", 2)], "visit 1's row rolled back"
+    errors = [h.error_code for h in await sbus.workflows.history(stages, "h") if h.outcome == "error"]
+    assert errors == ["TimeoutError"]
