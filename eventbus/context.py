@@ -18,7 +18,7 @@ class Context:
     """Envelope data of the delivery being handled, :meth:`emit` for follow-ups and
     :meth:`start` for runs of state machines, both written with the delivery's completion."""
 
-    __slots__ = ("_build", "_delivery", "_prepare", "follow_ups", "starts", "subscription")
+    __slots__ = ("_build", "_connection", "_delivery", "_prepare", "follow_ups", "starts", "subscription")
 
     def __init__(
         self,
@@ -26,13 +26,32 @@ class Context:
         subscription: str,
         build: Callable[..., OutgoingEvent],
         prepare: Callable[..., WorkflowStart] | None = None,
+        connection: Any = None,
     ) -> None:
         self._delivery = delivery
+        self._connection = connection
         self._build = build
         self._prepare = prepare
         self.subscription = subscription
         self.follow_ups: list[OutgoingEvent] = []
         self.starts: list[WorkflowStart] = []
+
+    @property
+    def connection(self) -> Any:
+        """The database connection of a transactional handler (``subscribe(..., transactional=True)``).
+
+        On PostgreSQL an asyncpg connection, on SQLite an aiosqlite connection,
+        inside the transaction that will also complete this delivery and write
+        what :meth:`emit` and :meth:`start` add: what the handler writes through
+        it commits with the completion, or not at all. Do not commit, roll back
+        or close it. :class:`ConfigurationError` for a handler that is not transactional.
+        """
+        if self._connection is None:
+            raise ConfigurationError(
+                f"subscription {self.subscription!r} is not transactional: ctx.connection is given "
+                "only to handlers subscribed with transactional=True"
+            )
+        return self._connection
 
     @property
     def event_id(self) -> EventId:

@@ -16,11 +16,15 @@ from .retry import RetryPolicy
 from .schedules import EPOCH, EventTarget, MachineTarget, Schedule
 from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
 
-__all__ = ["Handler", "Router", "Subscription"]
+__all__ = ["TRANSACTIONAL_TIMEOUT_SECONDS", "Handler", "Router", "Subscription"]
 
 Handler = Callable[[Any, Context], Awaitable[None]]
 """What a subscription calls: ``async def handler(event, ctx) -> None``."""
 H = TypeVar("H", bound=Handler)
+
+TRANSACTIONAL_TIMEOUT_SECONDS = 10.0
+"""The timeout of a transactional handler that names none: how long its transaction stays open
+(on SQLite, how long it holds the file's write lock)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Subscription:
     timeout_seconds: float | None = None
     ordered: bool = False
     start_from: Literal["earliest", "latest"] = "earliest"
+    transactional: bool = False
+    """The handler writes through ``ctx.connection``, in the transaction that completes the delivery."""
 
     @property
     def event_type(self) -> str:
@@ -82,8 +88,15 @@ class Router:
         timeout_seconds: float | None = None,
         ordered: bool = False,
         start_from: Literal["earliest", "latest"] = "earliest",
+        transactional: bool = False,
     ) -> Callable[[H], H]:
         """Register the decorated ``async def handler(event, ctx)``; return it unchanged.
+
+        With ``transactional=True`` the handler gets ``ctx.connection``, inside the
+        transaction that completes the delivery and writes its follow-ups and
+        starts: its writes commit with the completion or not at all (see the
+        delivery contract). Its timeout defaults to
+        :data:`TRANSACTIONAL_TIMEOUT_SECONDS`.
 
         :raises InvalidUpcaster: the class's upcasters leave a gap before its version.
         """
@@ -100,6 +113,8 @@ class Router:
             )
         if lease_seconds <= 0:
             raise HandlerSignatureError("lease_seconds must be positive")
+        if transactional and timeout_seconds is None:
+            timeout_seconds = TRANSACTIONAL_TIMEOUT_SECONDS
 
         def decorate(handler: H) -> H:
             _check_handler(handler, event_class)
@@ -114,6 +129,7 @@ class Router:
                     timeout_seconds=timeout_seconds,
                     ordered=ordered,
                     start_from=start_from,
+                    transactional=transactional,
                 )
             )
             return handler

@@ -127,6 +127,8 @@ class Throughput(msgspec.Struct, frozen=True):
     """Events published per second, in batches of ``publish_batch``."""
     deliveries_per_second: float
     """Deliveries drained per second by one burst worker."""
+    transactional: bool = False
+    """The handlers were transactional (``subscribe(..., transactional=True)``)."""
 
 
 async def drain_throughput(
@@ -139,18 +141,23 @@ async def drain_throughput(
     handler_sleep_seconds: float = 0.0,
     publish_batch: int = 1000,
     ordering_keys: int = 0,
+    transactional: bool = False,
 ) -> Throughput:
     """Publish ``n`` :class:`BenchEvent` on a :func:`temporary_bus`, then time one :func:`drain` of them.
 
     ``subscriptions`` handlers (each sleeping ``handler_sleep_seconds``) take
     every event. With ``ordering_keys``, the subscriptions are ordered and
     event ``i`` has ordering key ``i % ordering_keys`` (each key's events
-    spread over the log). Planner statistics are refreshed before the drain,
-    as autovacuum would in steady state.
+    spread over the log). With ``transactional``, the handlers are
+    transactional (each delivery completes in a transaction of its own, which
+    the handler could write in). Planner statistics are refreshed before the
+    drain, as autovacuum would in steady state.
     """
     pool: dict[str, Any] = {} if dsn is None or dsn.startswith("sqlite:") else {"max_pool_size": 8}
     async with temporary_bus(dsn, **pool) as bus:
-        _subscribe_bench(bus, subscriptions, handler_sleep_seconds, ordered=ordering_keys > 0)
+        _subscribe_bench(
+            bus, subscriptions, handler_sleep_seconds, ordered=ordering_keys > 0, transactional=transactional
+        )
         await bus.register()  # subscriptions exist before publishing: no backfill
         published = await _publish_bench(bus, n, publish_batch, ordering_keys)
         await bus.backend.schema.analyze()
@@ -167,10 +174,13 @@ async def drain_throughput(
             ordering_keys=ordering_keys,
             publish_per_second=n / published,
             deliveries_per_second=n * subscriptions / drained,
+            transactional=transactional,
         )
 
 
-def _subscribe_bench(bus: Bus, count: int, sleep_seconds: float, *, ordered: bool) -> None:
+def _subscribe_bench(
+    bus: Bus, count: int, sleep_seconds: float, *, ordered: bool, transactional: bool = False
+) -> None:
     """``count`` subscriptions to :class:`BenchEvent` named ``bench-0`` and on."""
 
     async def handler(event: BenchEvent, ctx: Context) -> None:
@@ -178,7 +188,7 @@ def _subscribe_bench(bus: Bus, count: int, sleep_seconds: float, *, ordered: boo
             await anyio.sleep(sleep_seconds)
 
     for i in range(count):
-        bus.subscribe(BenchEvent, name=f"bench-{i}", ordered=ordered)(handler)
+        bus.subscribe(BenchEvent, name=f"bench-{i}", ordered=ordered, transactional=transactional)(handler)
 
 
 async def _publish_bench(bus: Bus, n: int, batch: int, ordering_keys: int) -> float:

@@ -150,6 +150,7 @@ class Target:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ, EVENTBUS_DSN=self.dsn)
+        env.setdefault("EVENTBUS_MAX_POOL_SIZE", "4")  # see tests/support/processes.py
         if self.schema:
             env["EVENTBUS_SCHEMA"] = self.schema
         return env

@@ -6,9 +6,10 @@ long-lived runners through a dispatch queue (``_queue``); each runner
 executes one delivery at a time outside any transaction (``_execute``, where
 the observability hooks wrap the handler); one writer batches the results
 (``_results``): completions with their follow-up events in one transaction,
-fenced by the lease token. Beside them run the LISTEN connection and the
-upkeep services (``_upkeep``): lease renewal, expired-lease recovery,
-liveness, schedule ticks and retention. ``_inflight`` is the one registry of
+fenced by the lease token. A transactional handler runs inside the
+transaction that completes its delivery (``_transact``). Beside them run the
+LISTEN connection and the upkeep services (``_upkeep``): lease renewal,
+expired-lease recovery, liveness, schedule ticks and retention. ``_inflight`` is the one registry of
 claimed runs.
 """
 
@@ -38,6 +39,7 @@ from ._execute import Executor
 from ._health import Phase, WorkerHealth, health, serve_health
 from ._results import ResultWriter
 from ._shield import Shield
+from ._transact import TransactionalRunner
 from ._upkeep import BEAT_SECONDS, report_alive, upkeep_services
 
 if TYPE_CHECKING:
@@ -160,6 +162,7 @@ class Worker:
         )
         self._results.tracker = self._tracker
         self._executor = Executor(bus, self.id, self._tracker)
+        self._transactional = TransactionalRunner(self.deliveries, self._executor, self._results.settled)
 
     def _claim_loop(self) -> ClaimLoop:
         return ClaimLoop(
@@ -274,7 +277,7 @@ class Worker:
     async def _handle(self, sub: Subscription, delivery: ClaimedDelivery) -> None:
         started = time.monotonic()
         try:
-            result = await self._executor.invoke(sub, delivery, started)
+            result = await self._result_of(sub, delivery, started)
         except anyio.get_cancelled_exc_class():
             if self._grace_over:  # cut off after the grace period: that counts as an attempt
                 self._results.add(self._interrupted(sub, delivery, started))
@@ -284,9 +287,19 @@ class Worker:
             raise
         finally:
             self._claims.slots.free()
+        if result is None:  # a transactional handler's completion, committed with its writes
+            return
         if isinstance(result, Failure) and not result.dead:
             self._claims.wake.within(result.retry_delay_seconds)
         self._results.add(result)
+
+    async def _result_of(
+        self, sub: Subscription, delivery: ClaimedDelivery, started: float
+    ) -> Completion | Failure | None:
+        """The handler's result for the result writer (None: already written in its own transaction)."""
+        if sub.transactional:
+            return await self._transactional.run(sub, delivery, started)
+        return await self._executor.invoke(sub, delivery, started)
 
     def _interrupted(self, sub: Subscription, delivery: ClaimedDelivery, started: float) -> Failure:
         grace = f"{self.grace_seconds:g}s"

@@ -1,7 +1,8 @@
 """Running one delivery: decode, call the handler, and turn what happened into a result.
 
 This is the hook point for observability: the tracker wraps every handler
-call. Nothing here touches the database.
+call. Nothing here writes results: a transactional handler's connection is
+handed in by ``_transact``, which owns its transaction.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import asyncio
 import math
 import time
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -62,16 +63,19 @@ class Executor:
         self.tracker = tracker
 
     async def invoke(
-        self, sub: Subscription, delivery: ClaimedDelivery, started: float
+        self, sub: Subscription, delivery: ClaimedDelivery, started: float, connection: Any = None
     ) -> Completion | Failure:
+        """Run the handler; with a ``connection`` (a transactional handler), as ``ctx.connection``."""
         try:
             event = self.decode(sub, delivery)
         except DecodeError as exc:
             return self.failure(sub, delivery, exc, started, dead=True)
-        ctx = Context(delivery, sub.name, self.bus.outgoing, self.bus.workflows.prepare)
+        ctx = Context(delivery, sub.name, self.bus.outgoing, self.bus.workflows.prepare, connection)
         try:
             timed_out = await self.call(sub, event, ctx)
-            if ctx.starts and not timed_out:  # so a run's first step fans out, as bus.workflows.start does
+            if ctx.starts and not timed_out and connection is None:
+                # so a run's first step fans out, as bus.workflows.start does (a
+                # transactional handler's machines are registered before its transaction)
                 await self.bus.workflows.ensure_registered([s.machine for s in ctx.starts])
         except Exception as exc:
             return self.failure(sub, delivery, exc, started)
@@ -100,6 +104,12 @@ class Executor:
             raise
         finally:
             self.tracker.exit(ctx, entered, error)
+
+    async def before_transaction(self) -> None:
+        """What a transactional handler needs written before its transaction opens: the step
+        subscriptions of the bus's machines (its ``ctx.start`` runs fan out in the transaction,
+        which on SQLite holds the only writer)."""
+        await self.bus.workflows.ensure_registered(list(self.bus.workflows.machines))
 
     def decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
         if delivery.event_type != sub.event_type:

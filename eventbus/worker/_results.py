@@ -171,6 +171,11 @@ class ResultWriter:
         )
         self.add(replacement)
 
+    def settled(self, completion: Completion, applied: bool) -> None:
+        """A completion committed (or refused) elsewhere, in a transactional handler's own
+        transaction: counted, logged and forgotten as one written here."""
+        self._settle([completion], {completion.lease} if applied else set(), "completion")
+
     def _settle(self, chunk: Sequence[Completion | Failure], accepted: set[LeaseKey], what: str) -> None:
         self.tracker.written(chunk, accepted)
         retried = False

@@ -24,8 +24,8 @@ class StepContext:
     """
 
     __slots__ = (
-        "_compensations", "_signals", "approval", "attempt", "consumed", "effects", "key", "machine",
-        "op_key", "run_id", "state", "version", "visit",
+        "_compensations", "_connection", "_signals", "approval", "attempt", "consumed", "effects", "key",
+        "machine", "op_key", "run_id", "state", "version", "visit",
     )  # fmt: skip
 
     machine: str
@@ -61,7 +61,9 @@ class StepContext:
         compensations: dict[str, Callable[..., Any]],
         attempt: int = 1,
         approval: WorkflowApprovalRow | None = None,
+        connection: Any = None,
     ) -> None:
+        self._connection = connection
         self.machine = instance.machine
         self.key = instance.key
         self.run_id = instance.run_id
@@ -75,6 +77,22 @@ class StepContext:
         self._compensations = compensations
         self.consumed: list[int] = []
         self.effects: list[WorkflowEffect] = []
+
+    @property
+    def connection(self) -> Any:
+        """The database connection of a transactional state (``@machine.state(..., transactional=True)``).
+
+        On PostgreSQL an asyncpg connection, on SQLite an aiosqlite connection,
+        inside the transaction this visit's transition commits in. Do not
+        commit, roll back or close it. :class:`ConfigurationError` for a state
+        that is not transactional.
+        """
+        if self._connection is None:
+            raise ConfigurationError(
+                f"state {self.state!r} of {self.machine!r} is not transactional: ctx.connection is given "
+                "only to states declared with transactional=True"
+            )
+        return self._connection
 
     def signal(self, name: str) -> Any:
         """The payload of the oldest unconsumed signal ``name`` (consumed with this transition), or None."""

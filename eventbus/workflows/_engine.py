@@ -24,9 +24,21 @@ import anyio
 from ..backends.base import WorkflowFacts, WorkflowStore, WorkflowTransition
 from ..context import Context
 from ..errors import CheckpointTooLarge, ConfigurationError, InvalidCheckpoint
+from ..router import TRANSACTIONAL_TIMEOUT_SECONDS
 from ._commits import CommitQueue, LoadQueue
 from ._context import StepContext
-from ._decide import ACTIVE, Compensated, Ran, RunCompensation, RunState, TimedOut, Writer, decide, plan
+from ._decide import (
+    ACTIVE,
+    Compensated,
+    Plan,
+    Ran,
+    RunCompensation,
+    RunState,
+    TimedOut,
+    Writer,
+    decide,
+    plan,
+)  # fmt: skip
 from ._machine import COMPENSATING, Machine, StepEvent
 from ._outcomes import Fail
 
@@ -55,14 +67,43 @@ class Engine:
         inst = facts.instance
         if inst.version != step.version or inst.status not in ACTIVE:
             return
-        t = await self.visit(facts, ctx)
-        if t is not None and await self.commits.commit(t) is None:
+        by = self._writer(ctx)
+        match plan(self.m, facts, by):
+            case RunState() as run if run.state.transactional:
+                t, version = await self._visit_in_transaction(facts, run, ctx, by)
+            case planned:
+                t = await self._visit_planned(facts, planned, ctx, by)
+                version = None if t is None else await self.commits.commit(t)
+        if t is not None and version is None:
             log.info("visit of %s/%s at version %s was fenced", self.m.name, step.key, step.version)
 
     async def visit(self, facts: WorkflowFacts, ctx: Context | None) -> WorkflowTransition | None:
         """Plan, run what the plan says, decide: the transition to commit, or None."""
         by = self._writer(ctx)
-        match plan(self.m, facts, by):
+        return await self._visit_planned(facts, plan(self.m, facts, by), ctx, by)
+
+    async def _visit_in_transaction(
+        self, facts: WorkflowFacts, run: RunState, ctx: Context | None, by: Writer
+    ) -> tuple[WorkflowTransition | None, int | None]:
+        """Run a transactional state inside the transaction its transition commits in.
+
+        A state that raised, ran past its timeout or left a checkpoint that cannot
+        be stored leaves the block without a commit, so its writes roll back; the
+        transition of its failure is then committed on its own, as any visit's is.
+        """
+        own = run.state.timeout  # the state's own timeout, when it has one, ends the visit first
+        timeout = TRANSACTIONAL_TIMEOUT_SECONDS if own is None else own
+        async with self.store.transaction(timeout + 1.0) as transaction:
+            ran = await self._run(facts, run, ctx, transaction.connection, None if own else timeout)
+            t = decide(self.m, facts, ran, by)
+            if t is not None and ran.checkpoint is not None:  # it ran to the end: its writes stand
+                return t, await transaction.commit(t)
+        return t, (None if t is None else await self.commits.commit(t))
+
+    async def _visit_planned(
+        self, facts: WorkflowFacts, planned: Plan, ctx: Context | None, by: Writer
+    ) -> WorkflowTransition | None:
+        match planned:
             case RunState() as run:
                 return decide(self.m, facts, await self._run(facts, run, ctx), by)
             case RunCompensation() as run:
@@ -75,18 +116,33 @@ class Engine:
             return Writer(self.actor)
         return Writer(self.actor, ctx.delivery_id, ctx.lease_token)
 
-    async def _run(self, facts: WorkflowFacts, run: RunState, ctx: Context | None) -> Ran:
-        """Run the state function once; any exception is its outcome (the machine is the boundary)."""
+    async def _run(
+        self,
+        facts: WorkflowFacts,
+        run: RunState,
+        ctx: Context | None,
+        connection: Any = None,
+        timeout_seconds: float | None = None,
+    ) -> Ran:
+        """Run the state function once; any exception is its outcome (the machine is the boundary).
+
+        A transactional state gets ``connection`` and ``timeout_seconds`` (running past it
+        is its :class:`TimeoutError`).
+        """
         attempt = ctx.attempt if ctx is not None else 1
         sctx = StepContext(
             facts.instance, run.state.name, run.visit, list(facts.signals), self.m.compensations,
-            attempt, run.approval,
+            attempt, run.approval, connection,
         )  # fmt: skip
         started = time.time()
         result: object
         data: bytes | None
         try:
-            result = await self._call(run, sctx)
+            if timeout_seconds is None:  # no cancel scope of its own on the hot path
+                result = await self._call(run, sctx)
+            else:
+                with anyio.fail_after(timeout_seconds):
+                    result = await self._call(run, sctx)
             data = None if isinstance(result, TimedOut) else self.m.encode(run.checkpoint)
         except CheckpointTooLarge as exc:
             result, data = Fail("checkpoint-too-large", str(exc)), None

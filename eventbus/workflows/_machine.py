@@ -125,6 +125,8 @@ class State:
     initial: bool = False
     timeout: float | None = None
     """Seconds one visit's function may run before it is cancelled (its failure edge, outcome ``timeout``)."""
+    transactional: bool = False
+    """The state writes through ``ctx.connection``, in the transaction its transition commits in."""
 
     def edges(self) -> dict[str, str]:
         """Every target this state can move to, with the label(s) of its edge."""
@@ -215,6 +217,7 @@ class Machine(Generic[C]):
         approval: Approval | None = None,
         name: str | None = None,
         timeout_seconds: float | None = None,
+        transactional: bool = False,
     ) -> Callable[[F], F]:
         """Declare the decorated ``async def STATE(checkpoint, ctx)`` as a state (named after it).
 
@@ -225,6 +228,12 @@ class Machine(Generic[C]):
         that times out again and again) and is not a delivery retry. It must be
         positive, finite and at most half the machine's ``lease_seconds``, so a
         visit ends and commits well inside its lease even if renewal stalls.
+
+        With ``transactional=True`` the state gets ``ctx.connection`` inside the
+        transaction its transition commits in: its writes commit with the
+        transition or not at all, and a state that raises (or runs past its
+        ``timeout_seconds``, by default
+        :data:`~eventbus.router.TRANSACTIONAL_TIMEOUT_SECONDS`) rolls them back.
         """
         if max_visits is not None and max_visits < 1:
             raise DefinitionError("max_visits must be at least 1")
@@ -247,6 +256,7 @@ class Machine(Generic[C]):
                 approval=approval,
                 initial=initial,
                 timeout=timeout,
+                transactional=transactional,
             )
             return fn
 

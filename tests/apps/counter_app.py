@@ -20,7 +20,7 @@ _pool: asyncpg.Pool | None = None
 async def _record(ctx: Context) -> None:
     global _pool
     if _pool is None:
-        _pool = await asyncpg.create_pool(os.environ["EVENTBUS_DSN"], min_size=1, max_size=4)
+        _pool = await asyncpg.create_pool(os.environ["EVENTBUS_DSN"], min_size=1, max_size=2)
     schema = os.environ["EVENTBUS_SCHEMA"]
     await _pool.execute(
         f'INSERT INTO "{schema}".handler_runs (delivery_id, pid) VALUES ($1, $2)',

@@ -50,7 +50,7 @@ async def _record(ctx: Context, phase: str) -> None:
             _pool_lock = asyncio.Lock()
         async with _pool_lock:
             if _pool is None:
-                _pool = await asyncpg.create_pool(os.environ["EVENTBUS_DSN"], min_size=1, max_size=5)
+                _pool = await asyncpg.create_pool(os.environ["EVENTBUS_DSN"], min_size=1, max_size=2)
     await _pool.execute(
         f'INSERT INTO "{SCHEMA}".handler_runs '
         "(event_id, delivery_id, subscription, pid, attempt, phase) "

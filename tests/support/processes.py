@@ -75,6 +75,9 @@ class ProcessGroup:
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        # Four test processes run at once, each starting several workers: pools of four
+        # keep them within the shared server's max_connections (100).
+        env.setdefault("EVENTBUS_MAX_POOL_SIZE", "4")
         env.update(extra or {})
         return env
 

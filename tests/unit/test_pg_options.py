@@ -67,3 +67,16 @@ def test_a_bad_pooler_on_the_command_line_is_one_line() -> None:
     assert result.returncode != 0
     assert "pooler must be one of" in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_the_pool_size_comes_from_the_environment_unless_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from eventbus.backends.postgres import PostgresBackend
+
+    dsn = "postgresql://postgres@127.0.0.1:5432/test"
+    monkeypatch.setenv("EVENTBUS_MAX_POOL_SIZE", "3")
+    assert PostgresBackend(dsn).db._pool_size == (1, 3)
+    assert PostgresBackend(dsn, max_pool_size=7).db._pool_size == (1, 7)
+    for bad in ("0", "many"):
+        monkeypatch.setenv("EVENTBUS_MAX_POOL_SIZE", bad)
+        with pytest.raises(ConfigurationError, match="EVENTBUS_MAX_POOL_SIZE"):
+            PostgresBackend(dsn)

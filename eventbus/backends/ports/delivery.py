@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ __all__ = [
     "Completion",
     "DeliveryStore",
     "Failure",
+    "HandlerTransaction",
     "LeaseKey",
     "LockWaitExceeded",
     "OutgoingEvent",
@@ -174,6 +176,25 @@ class Rescue(msgspec.Struct, frozen=True):
     deliveries: int
 
 
+class HandlerTransaction(Protocol):
+    """The open transaction a transactional handler writes in (see :meth:`DeliveryStore.transaction`)."""
+
+    @property
+    def connection(self) -> Any:
+        """The driver's connection inside the transaction (asyncpg, or aiosqlite), as ``ctx.connection``."""
+        ...
+
+    async def commit(self, completion: Completion) -> bool:
+        """Apply ``completion`` in this transaction and commit it with everything written before.
+
+        Fenced as :meth:`DeliveryStore.complete` fences: when the lease no
+        longer holds (lost, recovered, or the delivery cancelled) the whole
+        transaction rolls back, the handler's writes with it, and this returns
+        False.
+        """
+        ...
+
+
 def decode_headers(text: str | None) -> dict[str, str]:
     """Headers as stored (JSON text) back to a dict; anything else is empty."""
     if not text or text == "{}":
@@ -257,6 +278,17 @@ class DeliveryStore(Protocol):
         its follow-ups are inserted and its runs started (a stale run of the
         same delivery in the same batch adds none); the (id, token) pairs
         applied are returned, and a refused one changes nothing.
+        """
+        ...
+
+    def transaction(self, timeout_seconds: float) -> AbstractAsyncContextManager[HandlerTransaction]:
+        """Open the transaction of one transactional handler run, of at most ``timeout_seconds``.
+
+        The handler writes through its ``connection``; :meth:`HandlerTransaction.commit`
+        completes the delivery in it. Leaving the block without a commit (the
+        handler raised, timed out or was cancelled) rolls everything back.
+        Through a transaction pooler it is one server transaction, as any.
+        A backend may refuse a timeout it cannot honour (:class:`ConfigurationError`).
         """
         ...
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -22,6 +23,7 @@ from .delivery import OutgoingEvent
 __all__ = [
     "EFFECT_JSON",
     "SignalResult",
+    "StateTransaction",
     "WorkflowApprovalRequest",
     "WorkflowEffect",
     "WorkflowFacts",
@@ -160,6 +162,22 @@ class WorkflowTransition(msgspec.Struct, frozen=True):
     lease: tuple[int, str] | None = None
 
 
+class StateTransaction(Protocol):
+    """The open transaction a transactional state writes in (see :meth:`WorkflowStore.transaction`)."""
+
+    @property
+    def connection(self) -> Any:
+        """The driver's connection inside the transaction (asyncpg, or aiosqlite), as ``ctx.connection``."""
+        ...
+
+    async def commit(self, t: WorkflowTransition) -> int | None:
+        """Write ``t`` as :meth:`WorkflowStore.commit` does, in this transaction, and commit it with
+        everything written before; its new version. None when the transition is refused (stale,
+        or its delivery's lease is gone): the whole transaction rolls back, the state's writes too.
+        """
+        ...
+
+
 class WorkflowStore(Protocol):
     """Pointers, history, signals, approvals and effects of state machines.
 
@@ -203,6 +221,15 @@ class WorkflowStore(Protocol):
 
     async def commit(self, t: WorkflowTransition) -> int | None:
         """Apply ``t`` atomically; return the new version, or None when the guard refused it."""
+        ...
+
+    def transaction(self, timeout_seconds: float) -> AbstractAsyncContextManager[StateTransaction]:
+        """Open the transaction of one visit of a transactional state, of at most ``timeout_seconds``.
+
+        As :meth:`DeliveryStore.transaction`: the state writes through its
+        ``connection``, :meth:`StateTransaction.commit` writes the transition
+        in it, and leaving the block without a commit rolls everything back.
+        """
         ...
 
     async def commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:

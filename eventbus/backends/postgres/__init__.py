@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
+from ...errors import ConfigurationError
 from ..base import Backend
 from ._db import DEAD_CLIENT_SECONDS, STATEMENT_LIFETIME_SECONDS, PgDb
 from ._dsn import pg_options
@@ -66,7 +67,7 @@ class PostgresBackend:
         schema: str = "eventbus",
         *,
         min_pool_size: int = 1,
-        max_pool_size: int = 10,
+        max_pool_size: int | None = None,
         command_timeout: float = 60.0,
         statement_lifetime_seconds: int = STATEMENT_LIFETIME_SECONDS,
         dead_client_seconds: float | None = DEAD_CLIENT_SECONDS,
@@ -89,7 +90,7 @@ class PostgresBackend:
             self.options.dsn,
             schema,
             min_pool_size=min_pool_size,
-            max_pool_size=max_pool_size,
+            max_pool_size=_pool_size(max_pool_size),
             command_timeout=command_timeout,
             statement_lifetime_seconds=statement_lifetime_seconds,
             statement_cache=self.options.statement_cache,
@@ -122,6 +123,20 @@ class PostgresBackend:
         await self.db.aclose()
         if self.reads is not None:
             await self.reads.aclose()
+
+
+def _pool_size(given: int | None) -> int:
+    """``max_pool_size`` as given, else ``EVENTBUS_MAX_POOL_SIZE``, else 10."""
+    if given is not None:
+        return given
+    text = os.environ.get("EVENTBUS_MAX_POOL_SIZE", "10")
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ConfigurationError(f"EVENTBUS_MAX_POOL_SIZE must be a whole number of at least 1, got {text!r}")
+    return size
 
 
 _: type[Backend] = PostgresBackend

@@ -158,6 +158,9 @@ async def _keep_session(conn: Any) -> None:
     """
 
 
+_KEPT_FOR_THE_WORKER = 2
+"""Pooled connections transactional handlers leave to everything else (see ``PgDb.handler_slots``)."""
+
 DEAD_CLIENT_SECONDS = 10.0
 """How long the server keeps a session whose client stopped answering (see :func:`session_settings`)."""
 
@@ -210,6 +213,8 @@ class PgDb:
     ) -> None:
         self.dsn = check_dsn(dsn)
         self.server_settings = session_settings(dead_client_seconds)
+        self.dead_client_seconds = dead_client_seconds
+        """The dead-client guard sent with each session (None: the server's own settings)."""
         self.schema = validate_schema(schema)
         self.channel = notify_channel(self.schema)
         """The NOTIFY channel every wake-up of this schema goes through."""
@@ -219,6 +224,9 @@ class PgDb:
         """What :meth:`open` runs once: the backend's schema check or its migration."""
         self.ready = False
         self._pool_size = (min_pool_size, max_pool_size)
+        self.handler_slots = anyio.Semaphore(max(1, max_pool_size - _KEPT_FOR_THE_WORKER))
+        """Transactional handlers running at once: each holds a pooled connection for its duration,
+        and a few connections stay free for the worker's claims, results and lease renewals."""
         self._statement_lifetime = statement_lifetime_seconds
         self.statement_cache = statement_cache
         """Whether connections keep named prepared statements (off behind a transaction pooler)."""
@@ -289,6 +297,11 @@ class PgDb:
         """As :meth:`conn`, inside a transaction that commits when the block ends normally."""
         async with self.conn(operation) as conn, conn.transaction():
             yield conn
+
+    async def allow_idle(self, conn: Any, limit: str) -> None:
+        """Let the transaction open on ``conn`` stay idle for ``limit`` (a PostgreSQL interval)."""
+        with translate_errors("a transactional handler", self.command_timeout):
+            await conn.execute(self.q["transaction_idle_limit"], limit)
 
     # -- the held publish connection ---------------------------------------
 

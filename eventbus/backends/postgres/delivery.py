@@ -8,6 +8,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -21,6 +22,7 @@ from ..ports import (
     ClaimedDelivery,
     Completion,
     Failure,
+    HandlerTransaction,
     LeaseKey,
     LockWaitExceeded,
     OutgoingEvent,
@@ -30,6 +32,7 @@ from ..ports import (
     warn_not_active,
 )
 from ._db import PgDb, translate_errors
+from ._transaction import handler_transaction
 from .wakeups import PgWakeups
 from .workflows import start_on
 
@@ -228,20 +231,28 @@ class PgDeliveries:
         """
         if not completions:
             return set()
+        async with self.db.tx("complete") as conn:
+            return await self.complete_on(conn, completions)
+
+    async def complete_on(self, conn: Any, completions: Sequence[Completion]) -> set[LeaseKey]:
+        """:meth:`complete`'s writes on ``conn``, in the transaction the caller holds open."""
         by_token: dict[str, list[DeliveryId]] = {}
         for c in completions:
             by_token.setdefault(c.lease_token, []).append(c.delivery_id)
         done: set[LeaseKey] = set()
-        async with self.db.tx("complete") as conn:
-            for token, ids in by_token.items():
-                rows = await conn.fetch(self.q["complete"], ids, token)
-                done.update((DeliveryId(r["id"]), token) for r in rows)
-            follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
-            if follow_ups:
-                await self.db.publish_on(conn, follow_ups)
-            for start in (s for c in completions if c.starts and c.lease in done for s in c.starts):
-                await start_on(self.db, conn, start)
+        for token, ids in by_token.items():
+            rows = await conn.fetch(self.q["complete"], ids, token)
+            done.update((DeliveryId(r["id"]), token) for r in rows)
+        follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
+        if follow_ups:
+            await self.db.publish_on(conn, follow_ups)
+        for start in (s for c in completions if c.starts and c.lease in done for s in c.starts):
+            await start_on(self.db, conn, start)
         return done
+
+    def transaction(self, timeout_seconds: float) -> AbstractAsyncContextManager[HandlerTransaction]:
+        """A pooled connection in a transaction for one transactional handler (see ``DeliveryStore``)."""
+        return handler_transaction(self, timeout_seconds)
 
     async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:
         """Record failed attempts, fenced by lease token (see ``DeliveryStore.fail``)."""

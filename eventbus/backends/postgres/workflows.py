@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 import asyncpg
@@ -23,6 +24,7 @@ from ..ports import (
     EFFECT_JSON,
     OutgoingEvent,
     SignalResult,
+    StateTransaction,
     WorkflowFacts,
     WorkflowStart,
     WorkflowTransition,
@@ -30,6 +32,7 @@ from ..ports import (
     workflow_step,
 )
 from ._db import PgDb
+from ._transaction import PgTransaction, open_transaction
 
 __all__ = ["PgWorkflows", "publish_steps", "start_on"]
 
@@ -163,6 +166,12 @@ class PgWorkflows:
         """Apply ``t`` atomically; the new version, or None when the guard refused it."""
         return (await self.commit_many([t]))[0]
 
+    @contextlib.asynccontextmanager
+    async def transaction(self, timeout_seconds: float) -> AsyncIterator[StateTransaction]:
+        """A pooled connection in a transaction for one visit of a transactional state."""
+        async with open_transaction(self.db, timeout_seconds) as transaction:
+            yield _StateTransaction(self, transaction)
+
     async def commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
         """As :meth:`commit` for each, in one transaction (see ``WorkflowStore.commit_many``).
 
@@ -177,10 +186,10 @@ class PgWorkflows:
                     out[plain[row["ord"] - 1]] = int(row["version"])
             for i, t in enumerate(ts):
                 if not _plain(t):
-                    out[i] = await self._commit_on(conn, t)
+                    out[i] = await self.commit_on(conn, t)
         return out
 
-    async def _commit_on(self, conn: Any, t: WorkflowTransition) -> int | None:
+    async def commit_on(self, conn: Any, t: WorkflowTransition) -> int | None:
         version = await conn.fetchval(self.q["wf_move"], *_move_args(t))
         if version is None:
             return None
@@ -330,3 +339,23 @@ class PgWorkflows:
         async with self.db.conn() as conn:
             row = await conn.fetchrow(self.q["wf_definition"], machine)
         return None if row is None else row_as(WorkflowDefinitionRow, row, json=("definition",))
+
+
+class _StateTransaction:
+    """A transactional state's transaction (see ``StateTransaction``)."""
+
+    def __init__(self, store: PgWorkflows, transaction: PgTransaction) -> None:
+        self._store = store
+        self._transaction = transaction
+
+    @property
+    def connection(self) -> Any:
+        return self._transaction.connection
+
+    async def commit(self, t: WorkflowTransition) -> int | None:
+        """Write the transition on this connection and commit; roll back when it is refused."""
+
+        async def move(conn: Any) -> int | None:
+            return await self._store.commit_on(conn, t)
+
+        return await self._transaction.finish(move, "a transactional transition")

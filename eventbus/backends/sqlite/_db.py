@@ -16,9 +16,10 @@ work through :meth:`~SQLiteDb.write`, :meth:`~SQLiteDb.write_if` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -72,6 +73,8 @@ class SQLiteDb:
         self._wal_bytes = 0  # size of the WAL after this process's last commit
         self._open_lock = anyio.Lock()
         self._waker = Waker()
+        self.handler_turn = anyio.Lock()
+        """Taken by a transactional handler before the writer link (see ``_transaction``)."""
 
     # -- lifecycle -------------------------------------------------------
 
@@ -158,13 +161,20 @@ class SQLiteDb:
 
     # -- running units of work ----------------------------------------------
 
+    @contextlib.asynccontextmanager
+    async def held_writer(self) -> AsyncIterator[tuple[Link, Callable[..., Awaitable[Any]]]]:
+        """The writer link held across awaits, and the call that runs a unit on it (see ``Link.held``)."""
+        link = await self._link()
+        async with link.held() as call:
+            yield link, call
+
     async def write(self, body: Callable[..., T], *args: Any) -> T:
         """Run ``body(conn, q, now, *args)`` as one write transaction."""
         return await self._write_on(await self._link(), body, *args)
 
     async def _write_on(self, link: Link, body: Callable[..., T], *args: Any) -> T:
         result = await link.run(self._transaction(link, body, args))
-        await self._wrote()
+        await self.wrote()
         return result
 
     async def write_if(
@@ -186,7 +196,7 @@ class SQLiteDb:
 
         result = await link.run(unit)
         if result is not None:
-            await self._wrote()
+            await self.wrote()
         return result
 
     def _transaction(
@@ -201,7 +211,7 @@ class SQLiteDb:
 
         return unit
 
-    async def _wrote(self) -> None:
+    async def wrote(self) -> None:
         """Count commits; truncate the WAL every so often and whenever it grew past its bound."""
         self._writes += 1
         if self._wal_bytes > _CHECKPOINT_WAL_BYTES or self._writes % _CHECKPOINT_EVERY_WRITES == 0:

@@ -23,7 +23,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import aiosqlite
@@ -36,6 +36,7 @@ __all__ = [
     "BUSY_SLICE_MS",
     "Link",
     "Queries",
+    "begin",
     "checkpoint",
     "configure",
     "connection_thread",
@@ -174,6 +175,11 @@ def read(conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T], dead
     return _retry_busy(lambda: body(conn), deadline_seconds)
 
 
+def begin(conn: sqlite3.Connection, deadline_seconds: float) -> None:
+    """Open a BEGIN IMMEDIATE transaction that the caller ends, retried while the file is busy."""
+    _retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), deadline_seconds)
+
+
 def write(
     conn: sqlite3.Connection,
     q: Queries,
@@ -291,16 +297,30 @@ class Link:
         return link
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        async with self._lock:
+            return await self._call(fn)
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         unit = _Unit(fn)
         result: T
-        async with self._lock:
-            try:
-                with translate_errors():
-                    result = await run_on_connection_thread(self.db, unit)
-            except anyio.get_cancelled_exc_class():
-                unit.abandoned = True
-                raise
+        try:
+            with translate_errors():
+                result = await run_on_connection_thread(self.db, unit)
+        except anyio.get_cancelled_exc_class():
+            unit.abandoned = True
+            raise
         return result
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[Callable[[Callable[[sqlite3.Connection], Any]], Awaitable[Any]]]:
+        """The link to oneself across awaits: yields the call that runs a unit on it.
+
+        Every other user of the link (this process's writes) waits for the
+        block to end, in turn, on the link's lock, rather than spinning on the
+        file's lock in SQLite.
+        """
+        async with self._lock:
+            yield self._call
 
     async def close(self) -> None:
         with anyio.CancelScope(shield=True):

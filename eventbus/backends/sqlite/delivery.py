@@ -15,6 +15,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import orjson
@@ -26,6 +27,7 @@ from ..base import (
     ClaimedDelivery,
     Completion,
     Failure,
+    HandlerTransaction,
     LeaseKey,
     OutgoingEvent,
     Rescue,
@@ -35,6 +37,7 @@ from ..base import (
 )
 from ._db import SQLiteDb
 from ._link import Queries
+from ._transaction import handler_transaction
 from ._units import Row, event_types_of, ids_json, publish, rows, to_time
 from .workflows import start_on
 
@@ -96,6 +99,10 @@ class SQLiteDeliveries:
         done, types = await self._db.write(complete, completions)
         self._db.wake(types)
         return done
+
+    def transaction(self, timeout_seconds: float) -> AbstractAsyncContextManager[HandlerTransaction]:
+        """The writer's connection in BEGIN IMMEDIATE for a transactional handler (see ``DeliveryStore``)."""
+        return handler_transaction(self._db, timeout_seconds, complete)
 
     async def fail(self, failures: Sequence[Failure]) -> set[LeaseKey]:
         if not failures:

@@ -7,9 +7,10 @@ the write lock serialises them with every claim and completion of the file.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
 import orjson
@@ -27,6 +28,7 @@ from ..ports import (
     EFFECT_JSON,
     OutgoingEvent,
     SignalResult,
+    StateTransaction,
     WorkflowFacts,
     WorkflowStart,
     WorkflowTransition,
@@ -35,6 +37,7 @@ from ..ports import (
 )
 from ._db import SQLiteDb
 from ._link import Queries
+from ._transaction import SQLiteTransaction, open_transaction
 from ._units import publish
 
 __all__ = ["SQLiteWorkflows"]
@@ -69,6 +72,12 @@ class SQLiteWorkflows:
 
     async def commit(self, t: WorkflowTransition) -> int | None:
         return (await self.commit_many([t]))[0]
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, timeout_seconds: float) -> AsyncIterator[StateTransaction]:
+        """The writer's connection in BEGIN IMMEDIATE for one visit of a transactional state."""
+        async with open_transaction(self._db, timeout_seconds) as transaction:
+            yield _StateTransaction(transaction)
 
     async def commit_many(self, ts: Sequence[WorkflowTransition]) -> list[int | None]:
         versions, types = await self._db.write(commit_many, ts)
@@ -372,3 +381,18 @@ def sweep(
         return 0, set()
     _, types = publish_steps(conn, q, now, steps)
     return len(steps), types
+
+
+class _StateTransaction:
+    """A transactional state's transaction (see ``StateTransaction``)."""
+
+    def __init__(self, transaction: SQLiteTransaction) -> None:
+        self._transaction = transaction
+
+    @property
+    def connection(self) -> Any:
+        return self._transaction.connection
+
+    async def commit(self, t: WorkflowTransition) -> int | None:
+        """Write the transition in the held transaction and commit; roll back when it is refused."""
+        return await self._transaction.finish(lambda conn, q, now: commit(conn, q, now, t))

@@ -186,3 +186,29 @@ async def test_ctx_start_checks_the_checkpoint_in_the_handler(ebus: Bus) -> None
     await drain(ebus)
     assert errors == [ConfigurationError, UnknownMachine, ConfigurationError]
     assert await ebus.workflows.instances(encode) == []
+
+
+async def test_a_transactional_handler_starts_a_run_in_its_own_transaction(ebus: Bus) -> None:
+    """``ctx.start`` from a transactional handler: written in the transaction the handler writes in
+    (on SQLite the writer the handler holds), and only by the attempt that commits."""
+    attempts: list[int] = []
+
+    @ebus.subscribe(
+        VideoUploaded,
+        name="uploads",
+        transactional=True,
+        retry=RetryPolicy(max_attempts=3, base_delay_seconds=0.01),
+    )
+    async def uploaded(event: VideoUploaded, ctx: Context) -> None:
+        assert ctx.connection is not None
+        ctx.start(encode, Video(event.digest), once=True)
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise ConnectionError("the handler fails after asking for the start")
+
+    await ebus.publish(VideoUploaded(digest="v-9"))
+    await drain(ebus)
+    assert attempts == [1, 2]
+    inst = await ebus.workflows.instance(encode, "v-9")
+    assert (inst.run_id, inst.status) == (1, "completed")
+    assert processed == ["v-9"]

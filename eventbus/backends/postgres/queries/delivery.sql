@@ -307,6 +307,12 @@ SET status = 'completed', lease_until = NULL, lease_token = NULL, updated_at = n
 WHERE id = ANY($1::bigint[]) AND status = 'processing' AND lease_token = $2
 RETURNING id;
 
+-- name: transaction_idle_limit
+-- A transactional handler's transaction may wait between its statements for
+-- as long as the handler may run: the dead-client guard of the session
+-- (idle_in_transaction_session_timeout) is raised for this transaction alone.
+SELECT set_config('idle_in_transaction_session_timeout', $1, true);
+
 -- name: fail
 -- Retry (pending at now() + delay) or dead, and append the attempt to history;
 -- peers are notified of retries, as of a publish. Fenced by (id, token): a
