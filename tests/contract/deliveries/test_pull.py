@@ -204,3 +204,15 @@ async def test_the_policy_from_max_attempts(bus: Bus) -> None:
     async with bus.pull.claim(sub) as batch:
         assert await batch[0].fail("once only")
     assert (await counts(bus))[("agent", "dead")] == 1
+
+
+async def test_a_paused_subscription_hands_out_nothing(bus: Bus) -> None:
+    bus.pull.subscription(OrderPlaced, name="agent")
+    await bus.register()
+    await _publish(bus, 1)
+    assert await bus.pause_subscription("agent")
+    async with bus.pull.claim("agent") as batch:
+        assert len(batch) == 0
+    assert await bus.resume_subscription("agent")
+    async with bus.pull.claim("agent") as batch:
+        assert len(batch) == 1 and await batch[0].complete()
