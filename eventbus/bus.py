@@ -34,6 +34,7 @@ from .event import (
 )
 from .logs import OutcomeLog
 from .observe import CompositeHooks, Hooks
+from .pull import Pull
 from .retention import Pruner, PruneReport, Retention
 from .router import Router
 from .scheduling import Schedules
@@ -122,11 +123,12 @@ def _encoded_headers(headers: object) -> str:
 class Bus(Router):
     """A durable event bus.
 
-    Beside publishing and its subscriptions, a bus holds two bundles:
+    Beside publishing and its subscriptions, a bus holds three bundles:
     ``bus.workflows`` (:class:`~eventbus.workflows.Workflows`: the state
-    machines it includes and their instances) and ``bus.schedules``
+    machines it includes and their instances), ``bus.schedules``
     (:class:`~eventbus.scheduling.Schedules`: its schedules as recorded in the
-    database).
+    database) and ``bus.pull`` (:class:`~eventbus.pull.Pull`: subscriptions
+    without a handler, whose deliveries code claims itself).
 
     :param dsn: ``postgresql://…`` for production, ``sqlite:///path`` for the
         embedded backend. Defaults to ``$EVENTBUS_DSN``, then ``./eventbus.db``.
@@ -187,6 +189,14 @@ class Bus(Router):
         """The state machines included in this bus and the operations on their instances."""
         self.schedules = Schedules(self.backend.schedules, self.declared_schedules)
         """This bus's schedules, as declared here and recorded in the database."""
+        self.pull = Pull(
+            self,
+            lambda: self.backend.deliveries,
+            self.register,
+            self.outgoing,
+            lambda: self.max_payload_bytes,
+        )
+        """Subscriptions without a handler, whose deliveries code claims itself (:mod:`eventbus.pull`)."""
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()

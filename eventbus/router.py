@@ -29,11 +29,15 @@ TRANSACTIONAL_TIMEOUT_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class Subscription:
-    """A handler bound to one event type under a stable name."""
+    """A handler bound to one event type under a stable name.
+
+    Without a handler (``bus.pull.subscription``) no worker serves it: code
+    takes its deliveries with ``bus.pull.claim``.
+    """
 
     name: str
     event_class: type[Event]
-    handler: Handler
+    handler: Handler | None
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     lease_seconds: float = 30.0
     timeout_seconds: float | None = None

@@ -100,8 +100,12 @@ async def drain(
 
 
 async def _next_due_in(bus: Bus, names: list[str] | None) -> float | None:
-    """Seconds until the earliest pending delivery of the bus's subscriptions is due."""
-    ids = await bus.register(names)
+    """Seconds until the earliest pending delivery of the bus's pushed subscriptions is due.
+
+    A subscription without a handler (``bus.pull``) is left to the code that claims it.
+    """
+    pushed = [s.name for s in bus.subscriptions.values() if s.handler is not None]
+    ids = await bus.register([n for n in pushed if names is None or n in names])
     delays = [d for i in ids.values() if (d := await bus.backend.deliveries.next_run_in(i)) is not None]
     return min(delays, default=None)
 

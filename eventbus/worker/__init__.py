@@ -250,7 +250,11 @@ class Worker:
             handlers.cancel_scope.cancel()
 
     async def _register(self) -> None:
-        subs = [s for s in self.bus.subscriptions.values() if self.names is None or s.name in self.names]
+        subs = [
+            s
+            for s in self.bus.subscriptions.values()
+            if s.handler is not None and (self.names is None or s.name in self.names)
+        ]  # a subscription without a handler is pulled (bus.pull.claim), never pushed
         ids = await self.bus.register([s.name for s in subs], served=True)
         self._claims.serve(subs, ids)
         served = {s.name for s in subs}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import traceback
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,16 +26,6 @@ if TYPE_CHECKING:
     from ..bus import Bus
 
 __all__ = ["Executor"]
-
-
-def _storable(text: str) -> str:
-    """Text every backend can store: NUL characters and lone surrogates escaped."""
-    text = text.replace("\x00", "\\x00")
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode()
-    return text
 
 
 def _cancelling_this_task() -> bool:
@@ -93,11 +82,13 @@ class Executor:
         """Run the handler (inside the hooks' context); return True when it ran past its timeout."""
         entered, error = self.tracker.enter(ctx), None
         try:
+            handler = sub.handler
+            assert handler is not None  # a worker serves only subscriptions with a handler
             if sub.timeout_seconds is None:  # no cancel scope on the hot path
-                await sub.handler(event, ctx)
+                await handler(event, ctx)
                 return False
             with anyio.move_on_after(sub.timeout_seconds) as scope:
-                await sub.handler(event, ctx)
+                await handler(event, ctx)
             return scope.cancelled_caught
         except BaseException as exc:
             error = exc
@@ -133,17 +124,12 @@ class Executor:
         dead: bool = False,
     ) -> Failure:
         fate = Outcome(dead=True) if dead else sub.retry.outcome(exc, delivery.attempts)
-        return Failure(
-            delivery_id=delivery.id,
-            lease_token=delivery.lease_token,
+        return Failure.of(
+            delivery,
+            exc,
             dead=fate.dead,
             retry_delay_seconds=fate.delay_seconds,
-            error_type=_storable(type(exc).__qualname__),
-            message=_storable((str(exc) or repr(exc))[:4000]),
-            traceback=_storable("".join(traceback.format_exception(exc))[-16000:]),
             duration_seconds=time.monotonic() - started,
             worker_id=self.worker_id,
             subscription=sub.name,
-            event_id=delivery.event_id,
-            attempt=delivery.attempts,
         )

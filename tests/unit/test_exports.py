@@ -20,6 +20,7 @@ import eventbus.testing
 import eventbus.types
 from eventbus import Bus
 from eventbus._deprecated import Moved
+from eventbus.pull import Pull
 from eventbus.scheduling import Schedules
 from eventbus.types import DeliveryFilter
 from eventbus.workflows import Machine, StepContext, Workflows
@@ -152,6 +153,7 @@ def test_bus_has_about_thirty_methods_and_two_bundles() -> None:
     bus = _bus()
     assert isinstance(bus.workflows, Workflows)
     assert isinstance(bus.schedules, Schedules)
+    assert isinstance(bus.pull, Pull)
 
 
 def test_the_workflows_do_not_import_the_bus() -> None:

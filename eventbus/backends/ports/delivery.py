@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -150,6 +151,44 @@ class Failure(msgspec.Struct, frozen=True):
     @property
     def lease(self) -> LeaseKey:
         return (self.delivery_id, self.lease_token)
+
+    @classmethod
+    def of(
+        cls,
+        delivery: ClaimedDelivery,
+        exc: BaseException,
+        *,
+        dead: bool,
+        retry_delay_seconds: float,
+        duration_seconds: float,
+        worker_id: str,
+        subscription: str,
+    ) -> Failure:
+        """The failed attempt of ``delivery`` that raised ``exc``, its texts made storable."""
+        return cls(
+            delivery_id=delivery.id,
+            lease_token=delivery.lease_token,
+            dead=dead,
+            retry_delay_seconds=retry_delay_seconds,
+            error_type=_storable(type(exc).__qualname__),
+            message=_storable((str(exc) or repr(exc))[:4000]),
+            traceback=_storable("".join(traceback.format_exception(exc))[-16000:]),
+            duration_seconds=duration_seconds,
+            worker_id=worker_id,
+            subscription=subscription,
+            event_id=delivery.event_id,
+            attempt=delivery.attempts,
+        )
+
+
+def _storable(text: str) -> str:
+    """Text every backend can store: NUL characters and lone surrogates escaped."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def warn_not_active(name: str, state: str) -> None:
