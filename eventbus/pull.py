@@ -20,9 +20,9 @@ import anyio
 
 from .backends.base import ClaimedDelivery, Completion, DeliveryStore, Failure, OutgoingEvent
 from .errors import ConfigurationError, DecodeError, NotFound
-from .event import Event, check_upcasters, decode_event, event_type_of
-from .retry import Outcome, RetryPolicy
-from .router import Router, Subscription
+from .event import Event, check_upcasters, event_type_of
+from .retry import Outcome, RetryPolicy, policy_with
+from .router import Router, Subscription, decode_claimed
 from .types import DeliveryId, EventId
 
 __all__ = ["MAX_CLAIM", "Batch", "ClaimFailed", "Pull", "PulledDelivery"]
@@ -160,7 +160,12 @@ class Batch:
         )
 
     async def write_failure(self, delivery: ClaimedDelivery, exc: BaseException, fate: Outcome) -> bool:
-        failure = Failure.of(
+        failure = self.failure(delivery, exc, fate)
+        return failure.lease in await self.store.fail([failure])
+
+    def failure(self, delivery: ClaimedDelivery, exc: BaseException, fate: Outcome) -> Failure:
+        """The record of one failed attempt of ``delivery`` under this batch's lease."""
+        return Failure.of(
             delivery,
             exc,
             dead=fate.dead,
@@ -169,7 +174,6 @@ class Batch:
             worker_id=self.worker_id,
             subscription=self.subscription.name,
         )
-        return failure.lease in await self.store.fail([failure])
 
     async def release_unsettled(self) -> int:
         """Hand back every delivery not settled yet (one statement: they share the lease token)."""
@@ -222,15 +226,7 @@ class Pull:
         check_upcasters(event_class)
         if not isinstance(name, str) or not name:
             raise ConfigurationError("a pulled subscription needs a name=")
-        policy = retry or RetryPolicy()
-        if max_attempts is not None:
-            policy = RetryPolicy(
-                max_attempts=max_attempts,
-                base_delay_seconds=policy.base_delay_seconds,
-                max_delay_seconds=policy.max_delay_seconds,
-                jitter=policy.jitter,
-                non_retryable=policy.non_retryable,
-            )
+        policy = policy_with(retry, max_attempts)
         sub = Subscription(
             name=name,
             event_class=event_class,
@@ -269,13 +265,16 @@ class Pull:
         batch = Batch(store, sub, seconds, str(uuid.uuid4()), self._outgoing)
         try:
             claimed = await store.claim(sub_id, limit, seconds, batch.worker_id, sub.ordered)
+            undecodable: list[Failure] = []
             for delivery in claimed:
                 try:
-                    event = self._decode(sub, delivery)
+                    event = decode_claimed(sub, delivery, self._max_payload_bytes())
                 except DecodeError as exc:
-                    await batch.write_failure(delivery, exc, Outcome(dead=True))
+                    undecodable.append(batch.failure(delivery, exc, Outcome(dead=True)))
                     continue
                 batch.deliveries.append(PulledDelivery(batch, delivery, event))
+            if undecodable:  # dead-lettered, as a worker would, in one statement
+                await store.fail(undecodable)
             yield batch
         finally:
             with anyio.CancelScope(shield=True):
@@ -297,18 +296,6 @@ class Pull:
         if name not in self._ids:
             self._ids.update(await self._register([name]))
         return self._ids[name]
-
-    def _decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
-        if delivery.event_type != sub.event_type:
-            raise DecodeError(
-                f"event type {delivery.event_type!r} is not {sub.event_type!r}, "
-                f"the type subscription {sub.name!r} takes"
-            )
-        if len(delivery.payload) > self._max_payload_bytes():
-            raise DecodeError(
-                f"payload of {len(delivery.payload)} bytes is over the limit of {self._max_payload_bytes()}"
-            )
-        return decode_event(sub.event_class, delivery.payload, delivery.event_version)
 
 
 def _checked_lease(seconds: Any) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigurationError, DeadLetter, Retry
 
@@ -75,3 +75,9 @@ class RetryPolicy:
         if isinstance(exc, Retry) and exc.delay is not None and exc.delay > self.max_delay_seconds:
             return Outcome(dead=False, delay_seconds=self.max_delay_seconds)  # inf included
         return Outcome(dead=False, delay_seconds=self.delay_for(attempt))
+
+
+def policy_with(retry: RetryPolicy | None, max_attempts: int | None) -> RetryPolicy:
+    """``retry`` (the default policy when None), with ``max_attempts`` in place of its own when given."""
+    policy = retry or RetryPolicy()
+    return policy if max_attempts is None else replace(policy, max_attempts=max_attempts)

@@ -7,14 +7,17 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .context import Context
-from .errors import DuplicateSubscription, HandlerSignatureError, InvalidSchedule
-from .event import Event, check_upcasters, event_type_of
-from .retry import RetryPolicy
+from .errors import DecodeError, DuplicateSubscription, HandlerSignatureError, InvalidSchedule
+from .event import Event, check_upcasters, decode_event, event_type_of
+from .retry import RetryPolicy, policy_with
 from .schedules import EPOCH, EventTarget, MachineTarget, Schedule
 from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
+
+if TYPE_CHECKING:
+    from .backends.base import ClaimedDelivery
 
 __all__ = ["TRANSACTIONAL_TIMEOUT_SECONDS", "Handler", "Router", "Subscription"]
 
@@ -106,15 +109,7 @@ class Router:
         """
         event_type_of(event_class)  # fail now if the class has no event_type
         check_upcasters(event_class)
-        policy = retry or RetryPolicy()
-        if max_attempts is not None:
-            policy = RetryPolicy(
-                max_attempts=max_attempts,
-                base_delay_seconds=policy.base_delay_seconds,
-                max_delay_seconds=policy.max_delay_seconds,
-                jitter=policy.jitter,
-                non_retryable=policy.non_retryable,
-            )
+        policy = policy_with(retry, max_attempts)
         if lease_seconds <= 0:
             raise HandlerSignatureError("lease_seconds must be positive")
         if transactional and timeout_seconds is None:
@@ -208,3 +203,20 @@ class Router:
         if schedule.name in self.declared_schedules:
             raise InvalidSchedule(f"a schedule named {schedule.name!r} is already declared")
         self.declared_schedules[schedule.name] = schedule
+
+
+def decode_claimed(sub: Subscription, delivery: ClaimedDelivery, max_payload_bytes: int) -> Event:
+    """A claimed delivery's event as ``sub``'s class (older versions upcast), for a handler or a pull.
+
+    :raises DecodeError: the event is of another type, over ``max_payload_bytes``, or undecodable.
+    """
+    if delivery.event_type != sub.event_type:
+        raise DecodeError(
+            f"event type {delivery.event_type!r} is not {sub.event_type!r}, "
+            f"the type subscription {sub.name!r} handles"
+        )
+    if len(delivery.payload) > max_payload_bytes:
+        raise DecodeError(
+            f"payload of {len(delivery.payload)} bytes is over the limit of {max_payload_bytes}"
+        )
+    return decode_event(sub.event_class, delivery.payload, delivery.event_version)

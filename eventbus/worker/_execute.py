@@ -17,10 +17,10 @@ import anyio
 from ..backends.base import ClaimedDelivery, Completion, Failure
 from ..context import Context
 from ..errors import DecodeError, HandlerTimeout
-from ..event import Event, decode_event
+from ..event import Event
 from ..observe import DeliveryTracker
 from ..retry import Outcome
-from ..router import Subscription
+from ..router import Subscription, decode_claimed
 
 if TYPE_CHECKING:
     from ..bus import Bus
@@ -103,16 +103,7 @@ class Executor:
         await self.bus.workflows.ensure_registered(list(self.bus.workflows.machines))
 
     def decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
-        if delivery.event_type != sub.event_type:
-            raise DecodeError(
-                f"event type {delivery.event_type!r} is not {sub.event_type!r}, "
-                f"the type subscription {sub.name!r} handles"
-            )
-        if len(delivery.payload) > self.bus.max_payload_bytes:
-            raise DecodeError(
-                f"payload of {len(delivery.payload)} bytes is over the limit of {self.bus.max_payload_bytes}"
-            )
-        return decode_event(sub.event_class, delivery.payload, delivery.event_version)
+        return decode_claimed(sub, delivery, self.bus.max_payload_bytes)
 
     def failure(
         self,

@@ -62,7 +62,7 @@ _POOLED_STATEMENT = (
     asyncpg.exceptions.InvalidSQLStatementNameError,
 )
 
-_STATEMENT_CACHE_SIZE = 100  # asyncpg's default
+STATEMENT_CACHE_SIZE = 100  # asyncpg's default
 
 # How long a pooled connection keeps a prepared statement before preparing it
 # again. PostgreSQL settles on a generic plan after five executions and keeps
@@ -275,7 +275,7 @@ class PgDb:
         transaction pooler may hand every query to another server connection
         (one more round trip per query: the Describe before the Bind).
         """
-        return _STATEMENT_CACHE_SIZE if self.statement_cache else 0
+        return STATEMENT_CACHE_SIZE if self.statement_cache else 0
 
     @contextlib.asynccontextmanager
     async def pool_conn(self, operation: str = "a query") -> AsyncIterator[Any]:

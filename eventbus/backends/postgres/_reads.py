@@ -22,7 +22,7 @@ from typing import Any
 import asyncpg
 
 from ...errors import ConfigurationError
-from ._db import check_dsn, session_settings, translate_errors
+from ._db import STATEMENT_CACHE_SIZE, check_dsn, session_settings, translate_errors
 from ._dsn import pg_options
 
 __all__ = ["ReadPool"]
@@ -42,7 +42,7 @@ class ReadPool:
             if options.pooler == "none"
             else {}
         )
-        self.statement_cache_size = 100 if options.statement_cache else 0
+        self.statement_cache_size = STATEMENT_CACHE_SIZE if options.statement_cache else 0
         self.command_timeout = command_timeout
         self._pool: asyncpg.Pool | None = None
 

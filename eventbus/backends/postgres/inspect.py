@@ -61,6 +61,7 @@ class PgInspector:
         self.db = db
         self.q = db.q
         self.reads = reads
+        self._readonly_settings = f"{self.q['inspect_timeout']};\n{self.q['inspect_custom_plans']}"
         """Where reads go when the bus has a ``read_dsn`` (a replica); None: the primary."""
 
     @contextlib.asynccontextmanager
@@ -77,8 +78,7 @@ class PgInspector:
     @contextlib.asynccontextmanager
     async def _readonly(self, operation: str) -> AsyncIterator[Any]:
         async with self._read(operation) as conn, conn.transaction(readonly=True):
-            await conn.execute(self.q["inspect_timeout"])
-            await conn.execute(self.q["inspect_custom_plans"])
+            await conn.execute(self._readonly_settings)  # both SET LOCALs in one round trip
             yield conn
 
     async def status(self) -> StatusReport:

@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import time
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -344,13 +345,7 @@ def recover_expired(conn: sqlite3.Connection, q: Queries, now: float, limit: int
     Returns how many were recovered and the event types to wake.
     """
     recovered = rows(conn, q["recover_expired"], {"limit": limit, "now": now})
-    conn.executemany(
-        q["recover_record"],
-        [
-            {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"], "now": now}
-            for r in recovered
-        ],
-    )
+    _record_attempts(conn, q["recover_record"], recovered, now)
     return len(recovered), event_types_of(conn, q, {int(r["subscription_id"]) for r in recovered})
 
 
@@ -362,18 +357,21 @@ def rescue(
     Returns how many were taken from each worker and the event types to wake.
     """
     taken = rows(conn, q["rescue"], {"ids": orjson.dumps(worker_ids).decode(), "limit": limit, "now": now})
+    _record_attempts(conn, q["rescue_record"], taken, now)
+    counts = Counter(str(r["worker_id"]) for r in taken)
+    conn.executemany(q["rescue_count"], [{"id": i, "n": n} for i, n in counts.items()])
+    return dict(counts), event_types_of(conn, q, {int(r["subscription_id"]) for r in taken})
+
+
+def _record_attempts(conn: sqlite3.Connection, sql: str, moved: Sequence[Row], now: float) -> None:
+    """The lost attempt of each delivery ``moved`` back (by lease expiry or rescue), with ``sql``."""
     conn.executemany(
-        q["rescue_record"],
+        sql,
         [
             {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"], "now": now}
-            for r in taken
+            for r in moved
         ],
     )
-    counts: dict[str, int] = {}
-    for r in taken:
-        counts[r["worker_id"]] = counts.get(r["worker_id"], 0) + 1
-    conn.executemany(q["rescue_count"], [{"id": i, "n": n} for i, n in counts.items()])
-    return counts, event_types_of(conn, q, {int(r["subscription_id"]) for r in taken})
 
 
 def worker_beat(
