@@ -22,12 +22,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from eventbus import Bus
 
-from .support.databases import worker_database
+from .support.databases import drop_schema, worker_database
 from .support.pgbouncer import PgBouncer, running_pgbouncer
 from .support.pgserver import PgServer
 
@@ -174,11 +173,7 @@ async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureReque
         yield Target("postgres", pooled, schema, direct_dsn=dsn)
     else:
         yield Target("postgres", dsn, schema)
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
+    await drop_schema(dsn, schema)
 
 
 @pytest.fixture
@@ -186,11 +181,7 @@ async def pg_target(pg_dsn: str) -> AsyncIterator[Target]:
     """A PostgreSQL-only target, for tests of PostgreSQL features."""
     schema = f"t_{uuid.uuid4().hex[:16]}"
     yield Target("postgres", pg_dsn, schema)
-    conn = await asyncpg.connect(pg_dsn)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
+    await drop_schema(pg_dsn, schema)
 
 
 BusFactory = Callable[..., Awaitable[Bus]]

@@ -72,3 +72,29 @@ def worker_database(server_dsn: str) -> Iterator[str]:
         yield with_database(server_dsn, name)
     finally:
         _run(_drop(server_dsn, name))
+
+
+async def drop_schema(dsn: str, schema: str) -> None:
+    """Drop a test's schema; sessions it left holding locks there are ended first, after 10 s.
+
+    A test that ends (or fails) with a statement of its own still open, such as a
+    PgBouncer server connection stuck mid-statement behind a client that went
+    away, would otherwise make the drop wait forever.
+    """
+    drop = f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SET lock_timeout = '10s'")
+        try:
+            await conn.execute(drop)
+        except asyncpg.LockNotAvailableError:
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM (SELECT DISTINCT l.pid FROM pg_locks l "
+                "JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = $1 AND l.pid <> pg_backend_pid()) holders",
+                schema,
+            )
+            await conn.execute("SET lock_timeout = 0")
+            await conn.execute(drop)
+    finally:
+        await conn.close()
