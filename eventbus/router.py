@@ -166,6 +166,7 @@ class Router:
         dst_fold: DstFold = "first",
         start: Any = None,
         checkpoint: Any = None,
+        priority: int = 0,
     ) -> Schedule:
         """Declare a recurring schedule that publishes ``event_class`` at each occurrence.
 
@@ -175,7 +176,10 @@ class Router:
         field when it has one. With ``start=machine`` and
         ``checkpoint=fn(scheduled_for)`` instead of an event class, each firing
         starts a run of that state machine. A worker records the declaration
-        when it starts. Raises :class:`InvalidSchedule` for a bad spec or policy.
+        when it starts. Each firing's event (for ``start=``, the machine's start
+        event) is published with ``priority`` (0 to 9, as in ``publish``).
+        Raises :class:`InvalidSchedule` for a bad spec or policy and
+        :class:`~eventbus.errors.InvalidPriority` for a bad priority.
         """
         target: EventTarget | MachineTarget
         if start is not None:
@@ -193,7 +197,7 @@ class Router:
         schedule = Schedule.build(
             name, target, cron=cron, every=every, tz=tz, anchor=anchor, missed=missed,
             max_catchup=max_catchup, overlap=overlap, cooldown=cooldown, jitter=jitter,
-            dst_gap=dst_gap, dst_fold=dst_fold,
+            dst_gap=dst_gap, dst_fold=dst_fold, priority=priority,
         )  # fmt: skip
         self.add_schedule(schedule)
         return schedule

@@ -65,6 +65,8 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     """Keep the key for good (``once=True``): honoured past the dedup window, whatever retention deletes."""
     event_version: int = 1
     """The version of the event's class, stored with it (upcasters read older ones)."""
+    priority: int = 0
+    """Lower runs first within a subscription (checked: 0 to 9)."""
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):
@@ -115,6 +117,8 @@ class WorkflowStart(msgspec.Struct, frozen=True):
     state: str
     checkpoint: bytes
     once: bool = False
+    priority: int = 0
+    """The priority of the run's first step."""
 
 
 class Completion(msgspec.Struct, frozen=True):
