@@ -1,7 +1,7 @@
 """Drain rate with mixed priorities against none, on SQLite and PostgreSQL in one run.
 
     python -m benchmarks.priorities --dsn postgresql://postgres@127.0.0.1:5432/test
-    python -m benchmarks.priorities --dsn postgresql://postgres@127.0.0.1:5432/test --n 20000 --runs 3 --json out.json
+    python -m benchmarks.priorities --dsn postgresql://postgres@127.0.0.1:5432/test --n 20000 --json out.json
 
 Each run publishes ``n`` events into a scratch schema or file (in batches of
 1,000), then times one burst drain by one worker. "none" publishes every event
@@ -56,11 +56,15 @@ async def one_run(dsn: str | None, n: int, mixed: bool, concurrency: int, batch_
     return {
         "backend": kind,
         "rate": round(n / seconds),
-        "mean_position": {p: round(statistics.mean(v), 3) for p, v in sorted(positions.items())} if mixed else None,
+        "mean_position": {p: round(statistics.mean(v), 3) for p, v in sorted(positions.items())}
+        if mixed
+        else None,
     }
 
 
-async def compare(dsns: list[str | None], n: int, runs: int, concurrency: int, batch_size: int) -> dict[str, Any]:
+async def compare(
+    dsns: list[str | None], n: int, runs: int, concurrency: int, batch_size: int
+) -> dict[str, Any]:
     report: dict[str, Any] = {"n": n, "runs": runs, "concurrency": concurrency, "batch_size": batch_size}
     for dsn in dsns:
         rates: dict[str, list[int]] = {"none": [], "mixed": []}

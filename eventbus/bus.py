@@ -14,6 +14,7 @@ import orjson
 
 from ._coalesce import PublishCoalescer
 from ._deprecated import Moved
+from ._priority import checked_priority
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import (
@@ -48,7 +49,6 @@ from .types import (
     PublishResult,
     StatusReport,
     SubscriptionInfo,
-    checked_priority,
 )
 from .workflows import Machine, Workflows
 from .workflows._commits import CommitQueue

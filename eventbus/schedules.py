@@ -35,10 +35,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from cronsim import CronSim, CronSimError
 
+from ._priority import checked_priority
 from .backends.base import OutgoingEvent, PlannedOccurrence, ScheduleDecl, TickPlan
 from .errors import InvalidSchedule
 from .event import Event, encode_event, event_type_of, event_version_of
-from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy, ScheduleInfo, checked_priority
+from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy, ScheduleInfo
 
 __all__ = [
     "EPOCH",

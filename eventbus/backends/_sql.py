@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from .._priority import MAX_PRIORITY
 from ..errors import ConfigurationError
-from ..types import MAX_PRIORITY
 
 __all__ = ["load_queries", "quote_schema", "validate_schema", "with_priority_step"]
 

@@ -10,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
+from .._priority import checked_priority
 from ..backends.base import WorkflowFacts, WorkflowStart, WorkflowStore, WorkflowTransition
 from ..context import Context
 from ..errors import (
@@ -29,7 +30,6 @@ from ..types import (
     WorkflowInstance,
     WorkflowSignalRow,
     WorkflowStatus,
-    checked_priority,
 )
 from . import _decide
 from ._commits import CommitQueue

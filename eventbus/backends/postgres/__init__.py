@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Literal
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS, checked_priority_step
 from ...errors import ConfigurationError
-from ...types import DEFAULT_PRIORITY_STEP_SECONDS, checked_priority_step
 from ..base import Backend
 from ._db import DEAD_CLIENT_SECONDS, STATEMENT_LIFETIME_SECONDS, PgDb
 from ._dsn import pg_options

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import asyncpg
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS
 from ...errors import (
     BackendError,
     BackendUnavailable,
@@ -27,7 +28,7 @@ from ...errors import (
     PublishError,
     SchemaNotMigrated,
 )
-from ...types import DEFAULT_PRIORITY_STEP_SECONDS, EventId, PublishResult
+from ...types import EventId, PublishResult
 from .._sql import load_queries, validate_schema
 from ..ports import LockWaitExceeded, OutgoingEvent
 from ._kept import publish_kept

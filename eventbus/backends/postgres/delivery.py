@@ -14,8 +14,9 @@ from typing import Any
 import anyio
 import asyncpg
 
+from ..._priority import MAX_PRIORITY
 from ...errors import RegistrationError
-from ...types import MAX_PRIORITY, DeliveryId, PublishResult
+from ...types import DeliveryId, PublishResult
 from .._spacing import Spaced
 from .._workers import lost_workers, rescues_of
 from ..ports import (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ...types import DEFAULT_PRIORITY_STEP_SECONDS
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS
 from ..base import Backend
 from . import _dsn
 from ._db import ListenerState, SQLiteDb

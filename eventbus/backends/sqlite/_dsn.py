@@ -11,8 +11,8 @@ import os
 import urllib.parse
 from typing import Any, NamedTuple, TypeVar
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS, checked_priority_step
 from ...errors import ConfigurationError
-from ...types import DEFAULT_PRIORITY_STEP_SECONDS, checked_priority_step
 
 __all__ = ["SYNCHRONOUS", "DsnOptions", "Options", "options", "parse_dsn"]
 

@@ -200,7 +200,7 @@ async def _noop(event: Trigger, ctx: Context) -> None:
     return None
 
 
-BAD_PRIORITIES = (10, -1, "1", 1.0, True, None)
+BAD_PRIORITIES: tuple[Any, ...] = (10, -1, "1", 1.0, True, None)
 
 
 async def test_a_bad_priority_is_refused_before_anything_is_written(bus: Bus) -> None:
