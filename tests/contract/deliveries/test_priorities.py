@@ -65,13 +65,15 @@ async def test_lower_priority_runs_first_and_ties_keep_publish_order(bus: Bus) -
     assert handled == ["p0a", "p0b", "p1", "p3", "p5", "p9"]
 
 
-async def test_single_publishes_take_their_priority(bus: Bus) -> None:
+async def test_single_publishes_take_their_priority_and_show_it(bus: Bus) -> None:
     handled = _record(bus)
     await bus.register()
-    for name, priority in (("late", 7), ("default", 0), ("middle", 4)):
-        await bus.publish(Job(name=name), priority=priority)
+    ids = [(await bus.publish(Job(name=n), priority=p)).event_id for n, p in (("late", 7), ("default", 0))]
     await _in_order(bus)
-    assert handled == ["default", "middle", "late"]
+    assert handled == ["default", "late"]
+    late = await bus.event(ids[0])
+    assert late.priority == 7 and [d.priority for d in late.deliveries] == [7]
+    assert (await bus.delivery(late.deliveries[0].id)).priority == 7
 
 
 async def test_an_old_low_priority_delivery_runs_before_fresh_high_priority_ones(
@@ -248,9 +250,10 @@ def test_a_bad_priority_step_is_refused(target: Target) -> None:
 async def test_rows_from_before_the_migration_get_priority_0_and_a_claim_place(
     make_bus: BusFactory, target: Target
 ) -> None:
-    bus = await make_bus()
-    handled = _record(bus)
-    await bus.register()
+    first = await make_bus()
+    _record(first)
+    await first.register()
+    await first.aclose()
     await _undo_priorities(target)  # the store as migration 0014 left it
     await _rows(
         target,
@@ -265,9 +268,14 @@ async def test_rows_from_before_the_migration_get_priority_0_and_a_claim_place(
         "SELECT id, 1, 0, 0 FROM events",
         "INSERT INTO {s}.deliveries (event_id, subscription_id) SELECT id, 1 FROM {s}.events",
     )
-    assert await bus.migrate() == ["0015_add_priorities.sql"]
-    await bus.publish(Job(name="after"), priority=1)
-    await _in_order(bus)
+    bus = target.bus()  # a bus of the new version, on the store as the old one left it
+    try:
+        handled = _record(bus)
+        assert await bus.migrate() == ["0015_add_priorities.sql"]
+        await bus.publish(Job(name="after"), priority=1)
+        await _in_order(bus)
+    finally:
+        await bus.aclose()
     assert handled == ["before", "after"]
     found = await _rows(
         target, "SELECT priority FROM events ORDER BY id", "SELECT priority FROM {s}.events ORDER BY id"
