@@ -309,6 +309,9 @@ class DeliveryStore(Protocol):
         leases are both live. With ``ordered``, a keyed delivery is taken only
         as the head of its key (its earliest pending or processing delivery by
         event order) while no delivery of the key is processing: FIFO per key.
+        Runnable deliveries are taken in their place order: ``run_at`` plus
+        the wait their priority is worth (the priority times the bus's
+        ``priority_step_seconds``), ties by ``run_at`` and id.
         ``after`` is a claim cursor (a previous delivery's ``position``): rows
         before it are not looked at.
         """
