@@ -460,7 +460,7 @@ SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM noti
 -- entries of rows already taken (see claim_after), and what is behind it is
 -- left to the worker's next claim from the start. The cursor runs in place
 -- order (priorities), this walk in run_at order: a row it skips has a run_at
--- before the cursor's, so it is due already and the next claim finds it.
+-- before the cursor's, so it is due already and a claim finds it.
 SELECT extract(epoch FROM c.run_at - now())::float8
 FROM {schema}.deliveries c
 WHERE c.subscription_id = $1 AND c.status = 'pending'
