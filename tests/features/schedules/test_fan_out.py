@@ -166,7 +166,7 @@ def test_a_fan_out_is_checked_when_declared() -> None:
         ({"spread": 60}, "spread= spreads a fan-out"),
     ):
         with pytest.raises(InvalidSchedule, match=message):
-            bus.schedule("bad", TenantReport, every=hourly, **options)  # type: ignore[arg-type]
+            bus.schedule("bad", TenantReport, every=hourly, **options)
 
     class NoTenant(Event, event_type="test.no_tenant"):
         region: str = "eu"
