@@ -172,7 +172,7 @@ class FanOutTarget:
         """Check the parts of a fan-out schedule; raises :class:`InvalidSchedule`."""
         if not callable(for_each):
             raise InvalidSchedule(f"schedule {schedule!r}: for_each= takes a function listing the tenants")
-        if isinstance(spread, bool) or not math.isfinite(spread) or spread < 0:
+        if isinstance(spread, bool) or not isinstance(spread, int | float) or not 0 <= spread < math.inf:
             raise InvalidSchedule(f"schedule {schedule!r}: spread= is a finite number of seconds, 0 or more")
         per_tenant.check()
         return cls(schedule, per_tenant, for_each, spread, _event_class(schedule))

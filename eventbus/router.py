@@ -195,6 +195,8 @@ class Router:
             max_catchup=max_catchup, overlap=overlap, cooldown=cooldown, jitter=jitter,
             dst_gap=dst_gap, dst_fold=dst_fold,
         )  # fmt: skip
+        if isinstance(target, FanOutTarget) and target.subscription in self.subscriptions:
+            raise DuplicateSubscription(f"a subscription named {target.subscription!r} is already registered")
         self.add_schedule(schedule)
         if isinstance(target, FanOutTarget):
             self.add(Subscription(target.subscription, target.event_class, target.fan_out, FAN_OUT_RETRY))
