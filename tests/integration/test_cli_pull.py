@@ -12,22 +12,24 @@ from .test_cli_mistakes import refused
 APP = ("--app", "tests.apps.pull_app:bus")
 
 
-async def test_claim_then_complete_and_fail_in_later_processes(make_bus: BusFactory, target: Target) -> None:
+async def test_claim_then_settle_each_delivery_in_a_later_process(
+    make_bus: BusFactory, target: Target
+) -> None:
     bus = await make_bus()
     declare(bus)
     await bus.register()
     events = [(await bus.publish(Job(n=n))).event_id for n in range(3)]
 
     claimed = json.loads(
-        eventbus(target, "claim", "pull.jobs", "--limit", "2", "--lease-seconds", "60", *APP).stdout
+        eventbus(target, "claim", "pull.jobs", "--limit", "3", "--lease-seconds", "60", *APP).stdout
     )
     assert claimed["subscription"] == "pull.jobs" and claimed["lease_seconds"] == 60
-    first, second = claimed["deliveries"]
-    assert [first["event_id"], second["event_id"]] == events[:2]
+    first, second, third = claimed["deliveries"]
+    assert [d["event_id"] for d in (first, second, third)] == events
     assert first["payload"] == {"n": 0} and first["event_type"] == "pull.job" and first["attempt"] == 1
     assert first["lease_token"] == second["lease_token"] and first["created_at"]
     statuses = {r.event_id: r.status for r in await bus.find_deliveries()}
-    assert [statuses[e] for e in events] == ["processing", "processing", "pending"]  # outlived the process
+    assert [statuses[e] for e in events] == ["processing"] * 3  # the claim outlived its process
 
     done = '{"event_type": "pull.done", "payload": {"n": 0}}'
     token = first["lease_token"]
@@ -42,6 +44,10 @@ async def test_claim_then_complete_and_fail_in_later_processes(make_bus: BusFact
     refused(
         target, "complete", str(first["id"]), "--token", token, *APP, message="is not held under lease token"
     )
+    extended = eventbus(target, "extend", str(third["id"]), "--token", token, "--lease-seconds", "600", *APP)
+    assert json.loads(extended.stdout)["status"] == "processing"
+    released = json.loads(eventbus(target, "release", str(third["id"]), "--token", token, *APP).stdout)
+    assert released["status"] == "pending" and released["attempts"] == 0  # the attempt not counted
 
     (follow_up,) = [r for r in await bus.find_deliveries() if r.subscription == "pull.done"]
     assert (await bus.delivery(follow_up.id)).causation_id == events[0]
