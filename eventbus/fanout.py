@@ -44,7 +44,16 @@ from .schedules import EPOCH, EventTarget, MachineTarget, occurrence_key
 if TYPE_CHECKING:
     from .context import Context
 
-__all__ = ["MAX_TENANTS", "RETRY", "FanOutEvent", "FanOutTarget", "spread_offset", "tenant_key"]
+__all__ = [
+    "LEASE_SECONDS",
+    "MAX_TENANTS",
+    "RETRY",
+    "FanOutEvent",
+    "FanOutTarget",
+    "check_tenants",
+    "spread_offset",
+    "tenant_key",
+]
 
 MAX_TENANTS = 100_000
 """The most tenants one occurrence fans out to (they commit in one transaction)."""
@@ -53,6 +62,9 @@ RETRY = RetryPolicy(
     max_attempts=10, base_delay_seconds=5.0, max_delay_seconds=300.0, non_retryable=(InvalidSchedule,)
 )
 """The fan-out's retries: a lister that raises is tried again; bad tenants are dead at once."""
+
+LEASE_SECONDS = 120.0
+"""The fan-out delivery's lease: room for a slow lister and a large commit (it is renewed meanwhile)."""
 
 Lister = Callable[[], Iterable[str] | Awaitable[Iterable[str]]]
 

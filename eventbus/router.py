@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .context import Context
 from .errors import DecodeError, DuplicateSubscription, HandlerSignatureError, InvalidSchedule
 from .event import Event, check_upcasters, decode_event, event_type_of
+from .fanout import LEASE_SECONDS as FAN_OUT_LEASE_SECONDS
 from .fanout import RETRY as FAN_OUT_RETRY
 from .fanout import FanOutTarget, per_tenant_of
 from .retry import RetryPolicy, policy_with
@@ -199,7 +200,8 @@ class Router:
             raise DuplicateSubscription(f"a subscription named {target.subscription!r} is already registered")
         self.add_schedule(schedule)
         if isinstance(target, FanOutTarget):
-            self.add(Subscription(target.subscription, target.event_class, target.fan_out, FAN_OUT_RETRY))
+            fan_out = (target.subscription, target.event_class, target.fan_out)
+            self.add(Subscription(*fan_out, FAN_OUT_RETRY, FAN_OUT_LEASE_SECONDS))
         return schedule
 
     def add_schedule(self, schedule: Schedule) -> None:
