@@ -19,6 +19,7 @@ wait for the lock is refused.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from pathlib import Path
@@ -41,9 +42,10 @@ from ._support import (
     worker_pids,
 )
 
-JOBS = 2000
+# The full size, on demand: EVENTBUS_SOAK_JOBS=5000 EVENTBUS_SOAK_KILLS=20.
+JOBS = int(os.environ.get("EVENTBUS_SOAK_JOBS", 2000))
 WORKERS = 3
-KILLS = 10
+KILLS = int(os.environ.get("EVENTBUS_SOAK_KILLS", 10))
 WORKER_ARGS = ("--concurrency", "5", "--batch-size", "5", "--poll-interval", "1", "--grace", "1")
 WORKER_ENV = {"TXN_LEASE": "2", "TXN_SLEEP": "0.002"}
 APP = "tests.apps.txn_app:bus"
