@@ -149,15 +149,24 @@ async def drained(conn: asyncpg.Connection, schema: str, what: str, stall: float
 
     Judged by progress, not by a deadline: a busy machine drains slower, a stuck
     delivery (a lease never recovered, a claim never released) stops the count.
+    Progress is a delivery reaching an end (completed, dead or cancelled), not
+    the unfinished count going down: a completion that publishes follow-ups or
+    starts runs adds as many unfinished deliveries as it ends, or more.
     """
-    left, since = None, time.monotonic()
-    while n := await conn.fetchval(
-        f"SELECT count(*) FROM \"{schema}\".deliveries WHERE status IN ('pending', 'processing')"
-    ):
-        if left is None or n < left:
-            left, since = n, time.monotonic()
+    ended, since = -1, time.monotonic()
+    while True:
+        row = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE status IN ('pending', 'processing')), "
+            f"count(*) FILTER (WHERE status NOT IN ('pending', 'processing')) FROM \"{schema}\".deliveries"
+        )
+        assert row is not None
+        left, now_ended = row
+        if not left:
+            return
+        if now_ended > ended:
+            ended, since = now_ended, time.monotonic()
         if time.monotonic() - since > stall:
-            raise AssertionError(f"{what}: no delivery ended for {stall:.0f}s, {n} left")
+            raise AssertionError(f"{what}: no delivery ended for {stall:.0f}s, {left} left")
         await asyncio.sleep(0.2)
 
 

@@ -104,13 +104,28 @@ def drained(path: Path, what: str, stall: float = 15.0) -> None:
 
     Judged by progress, not by a deadline: a busy machine drains slower, a stuck
     delivery (a lease never recovered, a claim never released) stops the count.
+    Progress is a delivery reaching an end (completed, dead or cancelled), not
+    the unfinished count going down: a completion that publishes follow-ups or
+    starts runs adds as many unfinished deliveries as it ends, or more.
     """
-    left, since = None, time.monotonic()
-    while n := scalar(path, "SELECT count(*) FROM deliveries WHERE status IN ('pending', 'processing')"):
-        if left is None or n < left:
-            left, since = n, time.monotonic()
+    ended, since = -1, time.monotonic()
+    while True:
+        ((left, now_ended),) = rows(
+            path,
+            "SELECT count(*) FILTER (WHERE status IN ('pending', 'processing')), "
+            "count(*) FILTER (WHERE status NOT IN ('pending', 'processing')) FROM deliveries",
+        )
+        if not left:
+            return
+        if now_ended > ended:
+            ended, since = now_ended, time.monotonic()
         if time.monotonic() - since > stall:
-            raise AssertionError(f"{what}: no delivery ended for {stall:.0f}s, {n} left")
+            left_by = rows(
+                path,
+                "SELECT s.name, d.status, count(*) FROM deliveries d JOIN subscriptions s "
+                "ON s.id = d.subscription_id WHERE d.status IN ('pending', 'processing') GROUP BY 1, 2",
+            )
+            raise AssertionError(f"{what}: no delivery ended for {stall:.0f}s, {left} left: {left_by}")
         time.sleep(0.2)
 
 
