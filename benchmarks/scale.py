@@ -100,6 +100,7 @@ async def claim_plan(bus: Bus, dsn: str, sub_id: int) -> str:
             30.0,
             uuid.uuid4(),
             uuid.uuid4(),
+            9 * bus.backend.db.priority_step,  # type: ignore[attr-defined]  # the claim's reach
         )
         await tx.rollback()
         return "\n".join(r[0] for r in rows)

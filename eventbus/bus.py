@@ -14,6 +14,7 @@ import orjson
 
 from ._coalesce import PublishCoalescer
 from ._deprecated import Moved
+from ._priority import checked_priority
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import (
@@ -72,6 +73,8 @@ class Envelope(msgspec.Struct, frozen=True):
     ordering_key: str | None = None
     once: bool = False
     """Keep the key for good, as ``publish(..., once=True)`` does."""
+    priority: int = 0
+    """Lower runs first within a subscription, as ``publish(..., priority=…)``."""
 
 
 def _seconds(delay: float | timedelta | None) -> float:
@@ -150,6 +153,11 @@ class Bus(Router):
         pooler like it), ``pooler_prepared_statements``, ``listen_dsn``,
         ``poll_interval_seconds`` (also DSN options, see the Deploying guide),
         and the pool sizes (``eventbus.backends.postgres.PostgresBackend``).
+        On both backends: ``priority_step_seconds`` (default 60), the seconds
+        of waiting one priority level is worth: a delivery of priority ``p``
+        sorts as if it were due ``p`` steps later, so it waits at most ``p``
+        steps behind fresh work of priority 0. Give every process of a
+        deployment the same step.
     """
 
     def __init__(
@@ -251,12 +259,14 @@ class Bus(Router):
         correlation_id: int | None = None,
         causation_id: int | None = None,
         once: bool = False,
+        priority: int = 0,
     ) -> OutgoingEvent:
         """Encode and check one event; raises a :class:`PublishError` subclass.
 
         Everything the database will be asked to store is checked here, at the
         caller (``publish`` or ``ctx.emit``): keys, headers and the size
-        (and :class:`ConfigurationError` for ``once`` without a key).
+        (and :class:`ConfigurationError` for ``once`` without a key,
+        :class:`~eventbus.errors.InvalidPriority` for a priority outside 0 to 9).
         """
         if once and key is None:
             raise ConfigurationError("once=True keeps the event's key for good: give it a key=...")
@@ -274,6 +284,7 @@ class Bus(Router):
             ordering_key=_checked_key("ordering_key", ordering_key),
             keep_key=once,
             event_version=event_version_of(type(event)),
+            priority=checked_priority(priority),
         )
         return out if causation_id is None else self.hooks.on_outgoing(out)
 
@@ -297,6 +308,7 @@ class Bus(Router):
         ordering_key: str | None = None,
         connection: Any = None,
         once: bool = False,
+        priority: int = 0,
     ) -> PublishResult:
         """Append ``event`` to the log and fan it out to every subscription of its type.
 
@@ -310,11 +322,19 @@ class Bus(Router):
         Concurrent calls without ``connection`` share a commit (see
         ``coalesce_publishes``).
 
+        ``priority`` (0 to 9, default 0): lower runs first within each
+        subscription, and each level is worth ``priority_step_seconds`` of
+        waiting, so lower priorities are never starved (see the Priorities
+        guide). A keyed delivery of an ordered subscription still waits for
+        the earlier ones of its key.
+
         :raises ConfigurationError: ``once=True`` without a ``key``.
+        :raises InvalidPriority: ``priority`` is not an int from 0 to 9.
         """
         out = self.outgoing(
-            event, key=key, delay=delay, headers=headers, ordering_key=ordering_key, once=once
-        )
+            event, key=key, delay=delay, headers=headers, ordering_key=ordering_key, once=once,
+            priority=priority,
+        )  # fmt: skip
         (result,) = await self._publish([out], connection)
         return result
 
@@ -324,7 +344,13 @@ class Bus(Router):
         """Publish a batch in one round trip; results are in input order."""
         batch = [
             self.outgoing(
-                e.event, key=e.key, delay=e.delay, headers=e.headers, ordering_key=e.ordering_key, once=e.once
+                e.event,
+                key=e.key,
+                delay=e.delay,
+                headers=e.headers,
+                ordering_key=e.ordering_key,
+                once=e.once,
+                priority=e.priority,
             )
             if isinstance(e, Envelope)
             else self.outgoing(e)

@@ -107,6 +107,7 @@ class Context:
         headers: dict[str, str] | None = None,
         ordering_key: str | None = None,
         once: bool = False,
+        priority: int = 0,
     ) -> None:
         """Publish ``event`` atomically with this delivery's completion.
 
@@ -116,7 +117,8 @@ class Context:
         ``bus.publish(..., once=True)`` keeps it).
         The event is checked here, as :meth:`Bus.publish` checks it: a bad key
         (:class:`InvalidKey`), headers (:class:`EncodeError`) or size
-        (:class:`PayloadTooLarge`) raises in the handler.
+        (:class:`PayloadTooLarge`) raises in the handler, and so does a
+        priority outside 0 to 9 (:class:`~eventbus.errors.InvalidPriority`).
         """
         self.follow_ups.append(
             self._build(
@@ -128,10 +130,11 @@ class Context:
                 correlation_id=self.correlation_id,
                 causation_id=self.event_id,
                 once=once,
+                priority=priority,
             )
         )
 
-    def start(self, machine: Any, checkpoint: Any, *, once: bool = False) -> None:
+    def start(self, machine: Any, checkpoint: Any, *, once: bool = False, priority: int = 0) -> None:
         """Start a run of ``machine`` (a :class:`~eventbus.workflows.Machine` included in
         the bus, or its name) atomically with this delivery's completion.
 
@@ -140,10 +143,11 @@ class Context:
         run again after a crash starts nothing twice. Applied as
         ``bus.workflows.start(machine, checkpoint, once=once)`` applies it: a
         live run of the key is left alone, and with ``once`` a completed one too.
+        ``priority`` is that of the run's first step, as in ``bus.workflows.start``.
         The checkpoint is checked here: a wrong type or key raises
         :class:`ConfigurationError` (:class:`UnknownMachine` for a machine the
         bus does not include) in the handler.
         """
         if self._prepare is None:
             raise ConfigurationError("this context cannot start runs: it belongs to no bus")
-        self.starts.append(self._prepare(machine, checkpoint, once=once))
+        self.starts.append(self._prepare(machine, checkpoint, once=once, priority=priority))

@@ -72,6 +72,7 @@ __all__ = [
     "InvalidCheckpoint",
     "InvalidKey",
     "InvalidOutcome",
+    "InvalidPriority",
     "InvalidSchedule",
     "InvalidUpcaster",
     "MigrationChecksumMismatch",
@@ -154,6 +155,10 @@ class EncodeError(PublishError):
 
 class InvalidKey(PublishError):
     """A key or ordering key must be a str without NUL characters."""
+
+
+class InvalidPriority(PublishError, ConfigurationError):
+    """A priority must be an int from 0 (runs first) to 9; a priority step a positive number of seconds."""
 
 
 class DecodeError(EventBusError):

@@ -171,6 +171,7 @@ class Router:
         checkpoint: Any = None,
         for_each: Any = None,
         spread: timedelta | float | None = None,
+        priority: int = 0,
     ) -> Schedule:
         """Declare a recurring schedule that publishes ``event_class`` at each occurrence.
 
@@ -180,7 +181,12 @@ class Router:
         field when it has one. With ``start=machine`` and
         ``checkpoint=fn(scheduled_for)`` instead of an event class, each firing
         starts a run of that state machine. A worker records the declaration
-        when it starts. Raises :class:`InvalidSchedule` for a bad spec or policy.
+        when it starts. Raises :class:`InvalidSchedule` for a bad spec or policy,
+        :class:`~eventbus.errors.InvalidPriority` for a bad ``priority``.
+
+        Each firing's events (for ``start=``, the machine's start event; with
+        ``for_each``, the occurrence's fan-out event) are published with
+        ``priority`` (0 to 9, lower first, as in ``publish``).
 
         With ``for_each=list_tenants`` (a function, sync or async, returning
         tenant keys) each occurrence fans out: one event per tenant (the class
@@ -194,7 +200,7 @@ class Router:
         schedule = Schedule.build(
             name, target, cron=cron, every=every, tz=tz, anchor=anchor, missed=missed,
             max_catchup=max_catchup, overlap=overlap, cooldown=cooldown, jitter=jitter,
-            dst_gap=dst_gap, dst_fold=dst_fold,
+            dst_gap=dst_gap, dst_fold=dst_fold, priority=priority,
         )  # fmt: skip
         if isinstance(target, FanOutTarget) and target.subscription in self.subscriptions:
             raise DuplicateSubscription(f"a subscription named {target.subscription!r} is already registered")

@@ -35,6 +35,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import msgspec
 from cronsim import CronSim, CronSimError
 
+from ._priority import checked_priority
 from .backends.base import OutgoingEvent, PlannedOccurrence, ScheduleDecl, TickPlan
 from .errors import InvalidSchedule
 from .event import Event, encode_event, event_type_of, event_version_of
@@ -227,9 +228,12 @@ class Schedule:
     jitter: float = 0.0
     dst_gap: DstGap = "shift"
     dst_fold: DstFold = "first"
+    priority: int = 0
+    """The priority each firing publishes with (lower runs first)."""
 
     def __post_init__(self) -> None:
         self._check_times()
+        checked_priority(self.priority)
         _choice("missed", self.missed, MissedPolicy)
         _choice("overlap", self.overlap, OverlapPolicy)
         _choice("dst_gap", self.dst_gap, DstGap)
@@ -413,6 +417,8 @@ class _Plan:
         jitter = min(self.schedule.jitter, room)
         delay = random.uniform(0.0, jitter) if jitter else 0.0
         work = self.schedule.target.work(self.schedule.name, when, delay)
+        if self.schedule.priority:
+            work = msgspec.structs.replace(work, priority=self.schedule.priority)
         self.items.append(PlannedOccurrence(when, "fired", work, existing))
         self.busy = True
 

@@ -136,6 +136,8 @@ class DeliveryDetail(msgspec.Struct, frozen=True):
     history: Sequence[AttemptRecord] = ()
     event_version: int = 1
     """The version the event was published at (``Bus.decode`` upcasts an older one)."""
+    priority: int = 0
+    """The priority the event was published with (lower runs first)."""
 
 
 class DeliveryFilter(msgspec.Struct, frozen=True):
@@ -194,6 +196,8 @@ class EventView(msgspec.Struct, frozen=True):
     deliveries: Sequence[DeliveryDetail] = ()
     event_version: int = 1
     """The version the event was published at (``Bus.decode`` upcasts an older one)."""
+    priority: int = 0
+    """The priority the event was published with (lower runs first)."""
 
 
 class StatusRow(msgspec.Struct, frozen=True):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from importlib import resources
 
+from .._priority import MAX_PRIORITY
 from ..errors import ConfigurationError
 
-__all__ = ["load_queries", "quote_schema", "validate_schema"]
+__all__ = ["load_queries", "quote_schema", "validate_schema", "with_priority_step"]
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
@@ -86,3 +87,16 @@ def assemble(blocks: dict[str, str], schema: str, where: str) -> dict[str, str]:
 def _uncommented(body: str) -> str:
     """A fragment's SQL without its leading comment lines (they describe it where it is defined)."""
     return "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--")).strip()
+
+
+def with_priority_step(queries: dict[str, str], step_seconds: float) -> dict[str, str]:
+    """The queries with the priority step written in: ``{priority_step}`` and ``{max_priority_wait}``.
+
+    For a backend whose units of work take only the queries (SQLite): the
+    step, a checked float, is part of the statement text.
+    """
+    step, widest = repr(float(step_seconds)), repr(float(step_seconds * MAX_PRIORITY))
+    return {
+        name: sql.replace("{priority_step}", step).replace("{max_priority_wait}", widest)
+        for name, sql in queries.items()
+    }

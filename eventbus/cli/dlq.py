@@ -162,7 +162,10 @@ def show(obj: Obj, delivery_id: int, as_json: bool) -> None:
     if as_json:
         click.echo(msgspec.json.encode(d, enc_hook=enc_hook))
         return
-    click.echo(f"delivery {d.id}  status {d.status}  attempts {d.attempts}  replays {d.replays}")
+    click.echo(
+        f"delivery {d.id}  status {d.status}  attempts {d.attempts}  replays {d.replays}"
+        f"  priority {d.priority}"
+    )
     click.echo(
         f"subscription {d.subscription}  event {d.event_id} ({d.event_type} v{d.event_version}) key {d.key}"
     )

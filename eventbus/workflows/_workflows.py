@@ -10,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
+from .._priority import checked_priority
 from ..backends.base import WorkflowFacts, WorkflowStart, WorkflowStore, WorkflowTransition
 from ..context import Context
 from ..errors import (
@@ -202,7 +203,9 @@ class Workflows:
 
     # -- starting and reading --------------------------------------------------
 
-    async def start(self, machine: MachineRef, checkpoint: Any, *, once: bool = False) -> WorkflowRun:
+    async def start(
+        self, machine: MachineRef, checkpoint: Any, *, once: bool = False, priority: int = 0
+    ) -> WorkflowRun:
         """Start a run for the checkpoint's key; idempotent while a run of that key is live.
 
         A key whose run ended may be started again, from its initial state. With
@@ -213,20 +216,26 @@ class Workflows:
         The choice is one guarded statement: of concurrent starts of a key,
         exactly one starts a run.
 
+        ``priority`` (0 to 9, as in ``bus.publish``) is that of the run's first
+        step within the machine's step subscription; its later steps run at 0.
+
+        :raises InvalidPriority: ``priority`` is not an int from 0 to 9.
         :raises ConfigurationError: the checkpoint is not the machine's type, or
             its key is not a non-empty string of at most 200 characters without NUL.
         """
-        request = self.prepare(machine, checkpoint, once=once)
+        request = self.prepare(machine, checkpoint, once=once, priority=priority)
         await self.ensure_registered([request.machine])
         inst, started = await self.store.start(
-            request.machine, request.key, request.state, request.checkpoint, request.once
+            request.machine, request.key, request.state, request.checkpoint, request.once, request.priority
         )
         await self._engines[request.machine].maybe_sweep()
         return WorkflowRun(
             inst.machine, inst.key, inst.run_id, inst.version, inst.status, started, inst.state
         )
 
-    def prepare(self, machine: MachineRef, checkpoint: Any, *, once: bool = False) -> WorkflowStart:
+    def prepare(
+        self, machine: MachineRef, checkpoint: Any, *, once: bool = False, priority: int = 0
+    ) -> WorkflowStart:
         """The checked, encoded start of a run (what :meth:`start` and ``ctx.start`` write)."""
         m = self.machine(machine)
         if not isinstance(checkpoint, m.checkpoint):
@@ -236,7 +245,8 @@ class Workflows:
             raise ConfigurationError(
                 f"invalid instance key {key!r}: a non-empty string of at most 200 characters, no NUL"
             )
-        return WorkflowStart(m.name, key, m.initial.name, m.encode(checkpoint), once)
+        checked = checked_priority(priority)
+        return WorkflowStart(m.name, key, m.initial.name, m.encode(checkpoint), once, checked)
 
     async def ensure_registered(self, machines: Sequence[str]) -> None:
         """Record the step subscriptions of ``machines``, so a first step fans out before any worker ran."""

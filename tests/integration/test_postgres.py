@@ -13,7 +13,7 @@ import anyio.lowlevel
 import asyncpg
 import pytest
 
-from eventbus import BackendUnavailable, Context, Worker
+from eventbus import BackendUnavailable, Context, Envelope, Worker
 from eventbus.backends.base import Completion
 from eventbus.errors import MigrationChecksumMismatch
 
@@ -236,8 +236,9 @@ def _nodes(plan: dict) -> list[dict]:
 
 
 async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> None:
-    """The claim reads about a batch from the pending index; completion goes by
-    primary key even when the statistics say no row is processing."""
+    """The claim reads about a batch from the claim-order index, with mixed
+    priorities; completion goes by primary key even when the statistics say no
+    row is processing."""
     import json
 
     @pg_bus.subscribe(OrderPlaced, name="h")
@@ -245,8 +246,11 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
         pass
 
     await drain(pg_bus)
-    await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(20_000)])
+    await pg_bus.publish_many(
+        [Envelope(OrderPlaced(order_id=str(i)), priority=i % 10) for i in range(20_000)]
+    )
     q = pg_bus.backend.db.q
+    widest = 9 * pg_bus.backend.db.priority_step
     conn = await asyncpg.connect(pg_target.dsn)
     try:
         s = pg_target.schema
@@ -262,9 +266,10 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
                 30.0,
                 token,
                 "00000000-0000-4000-8000-000000000001",
+                widest,
             )
         )[0]["Plan"]
-        ids = [r[0] for r in await conn.fetch(q["claim"], 1, 500, 30.0, token, token)]
+        ids = [r[0] for r in await conn.fetch(q["claim"], 1, 500, 30.0, token, token, widest)]
         complete = json.loads(
             await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {q['complete']}", ids, token)
         )[0]["Plan"]
@@ -273,7 +278,7 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
         await conn.close()
     claim_nodes = _nodes(claim)
     assert not [n for n in claim_nodes if n["Node Type"] == "Seq Scan"]
-    (pending,) = [n for n in claim_nodes if n.get("Index Name") == "deliveries_pending"]
+    (pending,) = [n for n in claim_nodes if n.get("Index Name") == "deliveries_claim_order"]
     assert pending["Actual Rows"] <= 300  # a batch of 100, not the 20,000 backlog
     complete_nodes = _nodes(complete)
     assert {n.get("Index Name") for n in complete_nodes} >= {"deliveries_pkey"}

@@ -65,6 +65,8 @@ class OutgoingEvent(msgspec.Struct, frozen=True):
     """Keep the key for good (``once=True``): honoured past the dedup window, whatever retention deletes."""
     event_version: int = 1
     """The version of the event's class, stored with it (upcasters read older ones)."""
+    priority: int = 0
+    """Lower runs first within a subscription (checked: 0 to 9)."""
 
 
 class SubscriptionSpec(msgspec.Struct, frozen=True):
@@ -115,6 +117,8 @@ class WorkflowStart(msgspec.Struct, frozen=True):
     state: str
     checkpoint: bytes
     once: bool = False
+    priority: int = 0
+    """The priority of the run's first step."""
 
 
 class Completion(msgspec.Struct, frozen=True):
@@ -305,6 +309,9 @@ class DeliveryStore(Protocol):
         leases are both live. With ``ordered``, a keyed delivery is taken only
         as the head of its key (its earliest pending or processing delivery by
         event order) while no delivery of the key is processing: FIFO per key.
+        Runnable deliveries are taken in their place order: ``run_at`` plus
+        the wait their priority is worth (the priority times the bus's
+        ``priority_step_seconds``), ties by ``run_at`` and id.
         ``after`` is a claim cursor (a previous delivery's ``position``): rows
         before it are not looked at.
         """

@@ -54,7 +54,9 @@ def signal_target(pointer: Any, run_id: int | None) -> SignalResult | None:
     return None
 
 
-def workflow_step(machine: str, key: str, version: int, reason: str, delay: float = 0.0) -> OutgoingEvent:
+def workflow_step(
+    machine: str, key: str, version: int, reason: str, delay: float = 0.0, priority: int = 0
+) -> OutgoingEvent:
     """The internal step event that runs one visit of ``(machine, key)`` at ``version``.
 
     Its dedupe key names the version and the reason, so each cause publishes
@@ -67,6 +69,7 @@ def workflow_step(machine: str, key: str, version: int, reason: str, delay: floa
         key=f"wf/{machine}/{key}/v{version}/{reason}",
         delay_seconds=max(0.0, delay),
         ordering_key=f"{machine}/{key}",
+        priority=priority,
     )
 
 
@@ -190,9 +193,11 @@ class WorkflowStore(Protocol):
     """
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False, priority: int = 0
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step.
+
+        The first step is published with ``priority`` (the run's later steps at 0).
 
         Returns the instance and whether a run was started; a live run is left
         alone and returned with False, and so, with ``once``, is a run that

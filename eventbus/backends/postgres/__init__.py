@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Literal
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS, checked_priority_step
 from ...errors import ConfigurationError
 from ..base import Backend
 from ._db import DEAD_CLIENT_SECONDS, STATEMENT_LIFETIME_SECONDS, PgDb
@@ -57,6 +58,8 @@ class PostgresBackend:
         workers poll every ``poll_interval_seconds``.
     :param poll_interval_seconds: how often a worker that cannot LISTEN looks
         for work (default 0.5).
+    :param priority_step_seconds: the seconds of waiting a priority level is
+        worth (default 60; see ``Bus``).
     """
 
     kind: Literal["postgres"] = "postgres"
@@ -77,6 +80,7 @@ class PostgresBackend:
         pooler_prepared_statements: bool | None = None,
         listen_dsn: str | None = None,
         poll_interval_seconds: float | None = None,
+        priority_step_seconds: float = DEFAULT_PRIORITY_STEP_SECONDS,
     ) -> None:
         self.options = pg_options(
             dsn,
@@ -97,6 +101,7 @@ class PostgresBackend:
             transaction_pooler=self.options.pooler == "transaction",
             dead_client_seconds=dead_client_seconds if self.options.pooler == "none" else None,
         )
+        self.db.priority_step = checked_priority_step(priority_step_seconds)
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""
         self.wakeups = PgWakeups(

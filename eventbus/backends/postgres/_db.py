@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import asyncpg
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS
 from ...errors import (
     BackendError,
     BackendUnavailable,
@@ -220,6 +221,8 @@ class PgDb:
         """The NOTIFY channel every wake-up of this schema goes through."""
         self.q = load_queries("postgres", self.schema)
         self.command_timeout = command_timeout
+        self.priority_step = DEFAULT_PRIORITY_STEP_SECONDS
+        """The seconds of waiting a priority level is worth (priority_wait is priority times this)."""
         self.opener: Callable[[], Awaitable[object]] = self._no_check
         """What :meth:`open` runs once: the backend's schema check or its migration."""
         self.ready = False
@@ -423,7 +426,11 @@ class PgDb:
         """Insert and fan out; map input index -> new event id (a taken key has none)."""
         if len(events) > 1:
             versions = [e.event_version for e in events]
-            rows = await conn.fetch(self.q["publish"], *_columns(events), self.channel, lock_wait, versions)
+            priorities = [e.priority for e in events]
+            rows = await conn.fetch(
+                self.q["publish"], *_columns(events), self.channel, lock_wait, versions,
+                priorities, self.priority_step,
+            )  # fmt: skip
             return {r["ord"] - 1: r["id"] for r in rows}
         e = events[0]
         new_id = await conn.fetchval(
@@ -439,6 +446,8 @@ class PgDb:
             self.channel,
             lock_wait,
             e.event_version,
+            e.priority,
+            self.priority_step,
         )
         return {} if new_id is None else {0: new_id}
 

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import asyncpg
 
+from ..._priority import MAX_PRIORITY
 from ...errors import RegistrationError
 from ...types import DeliveryId, PublishResult
 from .._spacing import Spaced
@@ -64,7 +65,7 @@ def _claimed(rows: Sequence[asyncpg.Record], subscription_id: int, token: str) -
             correlation_id=r["correlation_id"],
             ordering_key=r["ordering_key"],
             created_at=r["created_at"],
-            position=(r["run_at"], r["id"]),
+            position=(r["place"], r["run_at"], r["id"]),
             run_at=r["run_at"],
             causation_id=r["causation_id"],
             event_version=r["version"],
@@ -158,7 +159,7 @@ class PgDeliveries:
             await conn.execute(self.q["rekey"], row["id"], spec.ordered)
         if row["created"] and spec.start_from == "earliest":
             await conn.execute(self.q["backfill_guard"], self.db.channel)
-            await conn.execute(self.q["backfill"], row["id"])
+            await conn.execute(self.q["backfill"], row["id"], self.db.priority_step)
             await conn.execute(self.q["backfill_owed"], row["id"])
             owed.append(row["id"])
         return int(row["id"])
@@ -188,7 +189,7 @@ class PgDeliveries:
                 async with conn.transaction():
                     if await conn.fetchval(self.q["backfill_settle"], row["subscription_id"]) is not None:
                         await conn.execute(self.q["backfill_guard"], self.db.channel)
-                        await conn.execute(self.q["backfill"], row["subscription_id"])
+                        await conn.execute(self.q["backfill"], row["subscription_id"], self.db.priority_step)
                         finished += 1
         return finished
 
@@ -205,7 +206,8 @@ class PgDeliveries:
     ) -> list[ClaimedDelivery]:
         """Lease up to ``limit`` runnable deliveries under one new token (see ``DeliveryStore.claim``)."""
         token = uuid.uuid4()
-        args: tuple[Any, ...] = (subscription_id, limit, lease_seconds, token, uuid.UUID(worker_id))
+        widest = MAX_PRIORITY * self.db.priority_step  # no row sorts later than this past its time
+        args: tuple[Any, ...] = (subscription_id, limit, lease_seconds, token, uuid.UUID(worker_id), widest)
         if ordered:
             query = self.q["claim_ordered"]
         elif after is not None:
@@ -328,7 +330,7 @@ class PgDeliveries:
 
     async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         """Seconds until the next claimable delivery is due, or None (see ``DeliveryStore``)."""
-        since = None if after is None else after[0]
+        since = None if after is None else after[1]  # the cursor's run_at
         async with self.db.conn("next_run_in") as conn:
             value = await conn.fetchval(self.q["next_run_in"], subscription_id, since)
         return None if value is None else float(value)

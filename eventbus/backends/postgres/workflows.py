@@ -110,7 +110,8 @@ async def start_on(db: PgDb, conn: Any, s: WorkflowStart) -> WorkflowInstance | 
             await conn.execute(db.q["wf_keep"], s.machine, s.key)
         return None
     inst = instance_of(row)
-    await publish_steps(db, conn, [workflow_step(s.machine, s.key, inst.version, "start")])
+    step = workflow_step(s.machine, s.key, inst.version, "start", priority=s.priority)
+    await publish_steps(db, conn, [step])
     return inst
 
 
@@ -122,11 +123,12 @@ class PgWorkflows:
         self.q = db.q
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False, priority: int = 0
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step."""
+        start = WorkflowStart(machine, key, state, checkpoint, once, priority)
         async with self.db.tx() as conn:
-            inst = await start_on(self.db, conn, WorkflowStart(machine, key, state, checkpoint, once))
+            inst = await start_on(self.db, conn, start)
             if inst is None:
                 found = await conn.fetchrow(self.q["wf_load"], machine, key)
                 return instance_of(found), False

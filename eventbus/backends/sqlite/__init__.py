@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS
 from ..base import Backend
 from . import _dsn
 from ._db import ListenerState, SQLiteDb
@@ -61,6 +62,7 @@ class SQLiteBackend:
         busy_timeout_ms: int | None = None,
         poll_interval_seconds: float = 0.05,
         migrate: bool = False,
+        priority_step_seconds: float = DEFAULT_PRIORITY_STEP_SECONDS,
     ) -> None:
         options = _dsn.options(
             dsn,
@@ -68,6 +70,7 @@ class SQLiteBackend:
             busy_timeout_ms=busy_timeout_ms,
             poll_interval_seconds=poll_interval_seconds,
             migrate=migrate,
+            priority_step_seconds=priority_step_seconds,
         )
         self.dsn = dsn
         self.db = SQLiteDb(options)

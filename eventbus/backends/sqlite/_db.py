@@ -26,7 +26,7 @@ import anyio
 
 from ...errors import BackendUnavailable, ConfigurationError
 from .. import _migrations as migrations
-from .._sql import load_queries
+from .._sql import load_queries, with_priority_step
 from .._wakeup import Waker
 from . import _link
 from ._dsn import Options
@@ -62,7 +62,7 @@ class SQLiteDb:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.path = options.path
-        self.q: Queries = load_queries("sqlite", "main")
+        self.q: Queries = with_priority_step(load_queries("sqlite", "main"), options.priority_step_seconds)
         self.listener = ListenerState()
         self.writer: Link | None = None
         """The writer link while the backend is open."""

@@ -11,6 +11,7 @@ import os
 import urllib.parse
 from typing import Any, NamedTuple, TypeVar
 
+from ..._priority import DEFAULT_PRIORITY_STEP_SECONDS, checked_priority_step
 from ...errors import ConfigurationError
 
 __all__ = ["SYNCHRONOUS", "DsnOptions", "Options", "options", "parse_dsn"]
@@ -43,6 +44,8 @@ class Options(NamedTuple):
     poll_interval_seconds: float
     migrate: bool
     """Migrate on open instead of refusing a file that is missing or not migrated."""
+    priority_step_seconds: float = DEFAULT_PRIORITY_STEP_SECONDS
+    """The seconds of waiting a priority level is worth (see ``Bus``)."""
 
     @property
     def lock_deadline_seconds(self) -> float:
@@ -57,6 +60,7 @@ def options(
     busy_timeout_ms: int | None,
     poll_interval_seconds: float,
     migrate: bool,
+    priority_step_seconds: float = DEFAULT_PRIORITY_STEP_SECONDS,
 ) -> Options:
     """The backend's settings: each option from the keyword argument or the DSN, checked."""
     parsed = parse_dsn(dsn)
@@ -66,7 +70,8 @@ def options(
         raise ConfigurationError("synchronous must be 'FULL', 'NORMAL' or 'EXTRA'")
     if timeout < 0:
         raise ConfigurationError("busy_timeout_ms cannot be negative")
-    return Options(parsed.path, level, timeout, poll_interval_seconds, migrate)
+    step = checked_priority_step(priority_step_seconds)
+    return Options(parsed.path, level, timeout, poll_interval_seconds, migrate, step)
 
 
 def _agree(name: str, argument: T | None, from_dsn: T | None, default: T) -> T:

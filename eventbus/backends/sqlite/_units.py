@@ -74,6 +74,7 @@ def publish(
                 "run_at": deliver_at,
                 "now": now,
                 "ordering_key": e.ordering_key if ordered else None,
+                "priority": e.priority,
             }
             for sub_id, ordered in subscribers.get(e.event_type, ())
         )
@@ -120,6 +121,7 @@ def _event_params(e: OutgoingEvent, now: float) -> dict[str, Any]:
         "ordering_key": e.ordering_key,
         "delay_seconds": e.delay_seconds,
         "version": e.event_version,
+        "priority": e.priority,
         "now": now,
     }
 

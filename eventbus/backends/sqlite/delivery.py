@@ -243,7 +243,7 @@ def _register_one(
 def claim(
     conn: sqlite3.Connection, q: Queries, now: float, params: dict[str, Any], ordered: bool
 ) -> list[tuple[Row, Row]]:
-    """Lease runnable deliveries; return (delivery, event) row pairs in run order."""
+    """Lease runnable deliveries; return (delivery, event) row pairs in claim order."""
     params = {**params, "now": now}
     try:
         taken = rows(conn, q["claim_ordered" if ordered else "claim"], params)
@@ -253,7 +253,7 @@ def claim(
         return []
     if not taken:
         return []
-    taken.sort(key=lambda r: (r["run_at"], r["id"]))
+    taken.sort(key=lambda r: (r["place"], r["run_at"], r["id"]))  # the claim order
     event_ids = ids_json([r["event_id"] for r in taken])
     events = {int(r["id"]): r for r in rows(conn, q["claimed_events"], {"event_ids": event_ids})}
     return [(r, events[int(r["event_id"])]) for r in taken]

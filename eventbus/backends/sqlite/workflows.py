@@ -53,10 +53,10 @@ class SQLiteWorkflows:
         self._db = db
 
     async def start(
-        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False
+        self, machine: str, key: str, state: str, checkpoint: bytes, once: bool = False, priority: int = 0
     ) -> tuple[WorkflowInstance, bool]:
         inst, started, types = await self._db.write(
-            start, WorkflowStart(machine, key, state, checkpoint, once)
+            start, WorkflowStart(machine, key, state, checkpoint, once, priority)
         )
         self._db.wake(types)
         return inst, started
@@ -241,7 +241,8 @@ def start_on(
             conn.execute(q["wf_keep"], params)
         return None, set()
     inst = instance_of(rows[0])
-    _, types = publish_steps(conn, q, now, [workflow_step(s.machine, s.key, inst.version, "start")])
+    step = workflow_step(s.machine, s.key, inst.version, "start", priority=s.priority)
+    _, types = publish_steps(conn, q, now, [step])
     return inst, types
 
 

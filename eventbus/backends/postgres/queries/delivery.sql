@@ -15,29 +15,31 @@
 -- rows come back in. $10, when not NULL, is the lock_timeout of this statement's
 -- transaction (the held connection's bound, see HELD_LOCK_WAIT_MS), set before
 -- the first row is inserted: once, by the InitPlan of the insert's condition.
--- $11: each event's version.
+-- $11: each event's version. $12: each event's priority; $13 the seconds of
+-- waiting a priority level is worth (the deliveries' priority_wait).
 WITH input AS (
     SELECT nextval((SELECT pg_get_serial_sequence('{schema}.events', 'id'))::regclass) AS id, t.*
     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
-                $6::bigint[], $7::bigint[], $8::text[], $11::int[])
+                $6::bigint[], $7::bigint[], $8::text[], $11::int[], $12::smallint[])
         WITH ORDINALITY AS t(event_type, key, payload, headers, delay_seconds,
-                             correlation_id, causation_id, ordering_key, version, ord)
+                             correlation_id, causation_id, ordering_key, version, priority, ord)
     ORDER BY t.ord
 ), ins AS (
     INSERT INTO {schema}.events (id, event_type, key, payload, headers, correlation_id,
-                                 causation_id, ordering_key, deliver_at, version)
+                                 causation_id, ordering_key, deliver_at, version, priority)
     OVERRIDING SYSTEM VALUE
     SELECT id, event_type, key, payload, headers::jsonb, correlation_id, causation_id,
-           ordering_key, now() + delay_seconds * interval '1 second', version
+           ordering_key, now() + delay_seconds * interval '1 second', version, priority
     FROM input
     WHERE (SELECT CASE WHEN $10::text IS NULL THEN true
                        ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END)
     ORDER BY ord
     ON CONFLICT (event_type, key) DO NOTHING
-    RETURNING id, event_type, key, ordering_key, deliver_at
+    RETURNING id, event_type, key, ordering_key, deliver_at, priority
 ), fanout AS (
-    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
-    SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at
+    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
+    SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at,
+           ins.priority * $13::float8
     FROM ins JOIN {schema}.subscriptions s
       ON s.event_type = ins.event_type AND s.state <> 'removed'
     ORDER BY ins.id  -- delivery ids follow event order (the join's order reverses a batch)
@@ -53,19 +55,21 @@ FROM ins JOIN input ON input.id = ins.id;
 -- ordinals and the join that map a batch back to its inputs. One row needs no
 -- ordering, so its id comes from the identity default. About half the server
 -- time of `publish` for one event. No row back: the key was taken. $10 as in
--- `publish` (the CASE sets it before the row is inserted); $11 the version.
+-- `publish` (the CASE sets it before the row is inserted); $11 the version;
+-- $12 the priority and $13 the seconds a priority level is worth.
 WITH ins AS (
     INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
-                                 causation_id, ordering_key, deliver_at, version)
+                                 causation_id, ordering_key, deliver_at, version, priority)
     SELECT $1::text, $2::text, $3::bytea, $4::jsonb, $6::bigint, $7::bigint, $8::text,
-           now() + $5::float8 * interval '1 second', $11::int
+           now() + $5::float8 * interval '1 second', $11::int, $12::smallint
     WHERE CASE WHEN $10::text IS NULL THEN true
                ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END
     ON CONFLICT (event_type, key) DO NOTHING
-    RETURNING id, event_type, ordering_key, deliver_at
+    RETURNING id, event_type, ordering_key, deliver_at, priority
 ), fanout AS (
-    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
-    SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at
+    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
+    SELECT ins.id, s.id, CASE WHEN s.ordered THEN ins.ordering_key END, ins.deliver_at,
+           ins.priority * $13::float8
     FROM ins JOIN {schema}.subscriptions s
       ON s.event_type = ins.event_type AND s.state <> 'removed'
 )
@@ -133,8 +137,10 @@ SELECT pg_advisory_xact_lock_shared(hashtext($1 || ':backfill'));
 -- name: backfill
 -- A new subscription reads the retained log from the start. Idempotent (the
 -- unique (event, subscription) pair), so it may run any number of times.
-INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
-SELECT e.id, s.id, CASE WHEN s.ordered THEN e.ordering_key END, e.deliver_at
+-- $2: the seconds a priority level is worth (the waits follow each event's priority).
+INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
+SELECT e.id, s.id, CASE WHEN s.ordered THEN e.ordering_key END, e.deliver_at,
+       e.priority * $2::float8
 FROM {schema}.subscriptions s
 JOIN {schema}.events e ON e.event_type = s.event_type
 WHERE s.id = $1 AND s.state <> 'removed'
@@ -201,8 +207,13 @@ ORDER BY 1;
 DELETE FROM {schema}.subscription_backfills WHERE subscription_id = $1 RETURNING subscription_id;
 
 -- name: claim
--- Lock up to $2 runnable rows with SKIP LOCKED (served by deliveries_pending),
--- take them under a lease and a fresh token, and return them with their payload.
+-- Lock up to $2 runnable rows with SKIP LOCKED, take them under a lease and a
+-- fresh token, and return them with their payload. The rows are read in
+-- their place order (run_at plus their priority's wait): one range of
+-- deliveries_claim_order, from the start up to now() + $6 (the wait of the
+-- lowest priority), past which no row can be due. The "due now" test is on
+-- the index entry's run_at: rows sorted ahead of their time (delayed or
+-- retried with a high priority) are passed over in the index, never read.
 -- Only an active subscription is claimed from (a one-row check, evaluated once).
 -- `id = ANY(ARRAY(...))` keeps the update on the primary key whatever the
 -- planner thinks of the table's size. An unordered claim clears the ordering
@@ -216,20 +227,23 @@ WITH claimed AS (
     WHERE d.id = ANY(ARRAY(
         SELECT id FROM {schema}.deliveries
         WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
+          AND {schema}.claim_place(run_at, priority_wait) <= now() + $6 * interval '1 second'
           AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
-        ORDER BY run_at, id
+        ORDER BY {schema}.claim_place(run_at, priority_wait), run_at, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
-    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at,
+              {schema}.claim_place(d.run_at, d.priority_wait) AS place
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
-       e.version
+       e.version, c.place
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
-ORDER BY c.run_at, c.id;
+ORDER BY c.place, c.run_at, c.id;
 
 -- name: claim_after
--- As claim, starting after the last row this worker claimed ($6, $7). While a
+-- As claim, starting after the last row this worker claimed ($7, $8, $9: its
+-- place, run_at and id). While a
 -- long transaction holds back the xmin horizon, entries of rows that are no
 -- longer pending stay in deliveries_pending; a claim from the start would walk
 -- all of them every time. The worker falls back to claim when this comes up
@@ -242,27 +256,31 @@ WITH claimed AS (
     WHERE d.id = ANY(ARRAY(
         SELECT id FROM {schema}.deliveries
         WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
-          AND (run_at, id) > ($6::timestamptz, $7::bigint)
+          AND {schema}.claim_place(run_at, priority_wait) <= now() + $6 * interval '1 second'
+          AND ({schema}.claim_place(run_at, priority_wait), run_at, id)
+              > ($7::timestamptz, $8::timestamptz, $9::bigint)
           AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
-        ORDER BY run_at, id
+        ORDER BY {schema}.claim_place(run_at, priority_wait), run_at, id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
-    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at,
+              {schema}.claim_place(d.run_at, d.priority_wait) AS place
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
-       e.version
+       e.version, c.place
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
-ORDER BY c.run_at, c.id;
+ORDER BY c.place, c.run_at, c.id;
 
 -- name: claim_ordered
--- As claim, for subscriptions that are FIFO per key: a keyed row is taken only
--- as the head of its key (no earlier delivery of the key, by event id, is
--- pending or processing) and only while no delivery of the key is processing;
--- a head waiting for its retry time blocks its key. The checks read the
+-- As claim, for subscriptions that are FIFO per key whatever the priorities:
+-- a keyed row is taken only as the head of its key (no earlier delivery of the
+-- key, by event id, is pending or processing) and only while no delivery of
+-- the key is processing; a head waiting for its retry time blocks its key,
+-- and a follower of a higher priority waits for its head. The checks read the
 -- statement's snapshot, so a head that another worker is claiming right now
 -- is still pending there and keeps its followers out, while SKIP LOCKED passes
--- over the head itself. The walk in deliveries_pending order passes over the
+-- over the head itself. The walk in deliveries_claim_order passes over the
 -- followers of busy keys: the processing check comes first because PostgreSQL
 -- hashes it once per statement (deliveries_one_per_key), so a follower of a
 -- running head costs no probe; the earlier-row check is one probe of
@@ -277,6 +295,7 @@ WITH claimed AS (
     WHERE d.id = ANY(ARRAY(
         SELECT c.id FROM {schema}.deliveries c
         WHERE c.subscription_id = $1 AND c.status = 'pending' AND c.run_at <= now()
+          AND {schema}.claim_place(c.run_at, c.priority_wait) <= now() + $6 * interval '1 second'
           AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
           AND (c.ordering_key IS NULL OR (
                 NOT EXISTS (
@@ -287,16 +306,17 @@ WITH claimed AS (
                     SELECT 1 FROM {schema}.deliveries p
                     WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
                       AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
-        ORDER BY c.run_at, c.id
+        ORDER BY {schema}.claim_place(c.run_at, c.priority_wait), c.run_at, c.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
-    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at,
+              {schema}.claim_place(d.run_at, d.priority_wait) AS place
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
-       e.version
+       e.version, c.place
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
-ORDER BY c.run_at, c.id;
+ORDER BY c.place, c.run_at, c.id;
 
 -- name: complete
 -- One statement per lease token (a claim batch): the primary key is the access
@@ -438,7 +458,9 @@ SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM noti
 -- or removed subscription: nothing of it will be claimable. $2, when given, is
 -- the run_at of the worker's claim cursor: the walk starts there, past the
 -- entries of rows already taken (see claim_after), and what is behind it is
--- left to the worker's next claim from the start.
+-- left to the worker's next claim from the start. The cursor runs in place
+-- order (priorities), this walk in run_at order: a row it skips has a run_at
+-- before the cursor's, so it is due already and a claim finds it.
 SELECT extract(epoch FROM c.run_at - now())::float8
 FROM {schema}.deliveries c
 WHERE c.subscription_id = $1 AND c.status = 'pending'

@@ -3,6 +3,11 @@
 -- writer connection; :now is the database clock read once at its start
 -- (REAL epoch seconds), so one transaction sees one time, as now() does in
 -- PostgreSQL. Arrays travel as JSON text and are opened with json_each.
+-- {priority_step} is the seconds a priority level is worth (the bus's
+-- priority_step_seconds) and {max_priority_wait} that of the lowest priority,
+-- written into the text when the queries are loaded:
+-- publishing runs inside units of work that take only the queries and the
+-- clock.
 -- Every status change is guarded by the expected status and, after a claim,
 -- by the lease token. Partial indexes are only used when a query spells their
 -- condition literally (status = 'pending'), so statuses are never parameters.
@@ -13,9 +18,9 @@ SELECT (julianday('now') - 2440587.5) * 86400.0;
 -- name: publish
 -- One row; duplicates of (event_type, key) insert nothing and return no row.
 INSERT INTO events (event_type, key, payload, headers, correlation_id, causation_id,
-                    ordering_key, deliver_at, created_at, version)
+                    ordering_key, deliver_at, created_at, version, priority)
 VALUES (:event_type, :key, :payload, :headers, :correlation_id, :causation_id,
-        :ordering_key, :now + :delay_seconds, :now, :version)
+        :ordering_key, :now + :delay_seconds, :now, :version, :priority)
 ON CONFLICT (event_type, key) DO NOTHING
 RETURNING id, deliver_at;
 
@@ -42,8 +47,9 @@ SELECT event_type, id, ordered FROM subscriptions
 WHERE event_type IN (SELECT value FROM json_each(:event_types)) AND state <> 'removed';
 
 -- name: fanout
-INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at)
-VALUES (:event_id, :subscription_id, :ordering_key, :run_at, :now);
+-- The delivery's place in the claim order is run_at + priority_wait.
+INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at, priority_wait)
+VALUES (:event_id, :subscription_id, :ordering_key, :run_at, :now, :priority * {priority_step});
 
 -- name: subscription_by_name
 SELECT id, event_type, state, ordered FROM subscriptions WHERE name = :name;
@@ -77,8 +83,9 @@ WHERE subscription_id = :subscription_id AND status IN ('pending', 'dead');
 -- name: backfill
 -- A new subscription reads the retained log from the start (events_type_id).
 -- The WHERE clause is required: it keeps ON CONFLICT from parsing as a join.
-INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at)
-SELECT e.id, :subscription_id, CASE WHEN :ordered THEN e.ordering_key END, e.deliver_at, :now
+INSERT INTO deliveries (event_id, subscription_id, ordering_key, run_at, updated_at, priority_wait)
+SELECT e.id, :subscription_id, CASE WHEN :ordered THEN e.ordering_key END, e.deliver_at, :now,
+       e.priority * {priority_step}
 FROM events e WHERE e.event_type = :event_type
 ORDER BY e.id
 ON CONFLICT (event_id, subscription_id) DO NOTHING;
@@ -105,8 +112,11 @@ WHERE subscription_id = :subscription_id AND status = 'pending'
 LIMIT 1;
 
 -- name: claim
--- Take up to :limit runnable rows (deliveries_pending) under a lease and a
--- fresh token. The write lock makes SKIP LOCKED unnecessary. An unordered
+-- Take up to :limit runnable rows under a lease and a fresh token, in their
+-- place order (run_at plus their priority's wait): one range of
+-- deliveries_claim_order (named, so the planner never sorts the backlog),
+-- from the start up to :now plus the wait of the lowest priority, past which
+-- no row can be due. The "due now" test is on the index entry's run_at. The write lock makes SKIP LOCKED unnecessary. An unordered
 -- claim clears the ordering key (already NULL unless the subscription was
 -- ordered when the row was fanned out), so it can never trip
 -- deliveries_one_per_key. Only an active subscription is claimed from.
@@ -114,26 +124,29 @@ UPDATE deliveries
 SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
     lease_token = :lease_token, worker_id = :worker_id, ordering_key = NULL, updated_at = :now
 WHERE id IN (
-    SELECT id FROM deliveries
-    WHERE subscription_id = :subscription_id AND status = 'pending' AND run_at <= :now
+    SELECT id FROM deliveries INDEXED BY deliveries_claim_order
+    WHERE subscription_id = :subscription_id AND status = 'pending'
+      AND run_at + priority_wait <= :now + {max_priority_wait} AND run_at <= :now
       AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
-    ORDER BY run_at, id
+    ORDER BY run_at + priority_wait, run_at, id
     LIMIT :limit)
-RETURNING id, event_id, attempts, ordering_key, run_at;
+RETURNING id, event_id, attempts, ordering_key, run_at, run_at + priority_wait AS place;
 
 -- name: claim_ordered
--- As claim, for subscriptions that are FIFO per key: a keyed row is taken only
--- as the head of its key (no earlier delivery of the key, by event id, is
--- pending or processing) and only while no delivery of the key is processing;
--- a head waiting for its retry time blocks its key. One probe per check
+-- As claim, for subscriptions that are FIFO per key whatever the priorities:
+-- a keyed row is taken only as the head of its key (no earlier delivery of the
+-- key, by event id, is pending or processing) and only while no delivery of
+-- the key is processing; a head waiting for its retry time blocks its key,
+-- and a follower of a higher priority waits for its head. One probe per check
 -- (deliveries_key_order, deliveries_one_per_key); the write lock makes the
 -- checks exact.
 UPDATE deliveries
 SET status = 'processing', attempts = attempts + 1, lease_until = :now + :lease_seconds,
     lease_token = :lease_token, worker_id = :worker_id, updated_at = :now
 WHERE id IN (
-    SELECT d.id FROM deliveries d
-    WHERE d.subscription_id = :subscription_id AND d.status = 'pending' AND d.run_at <= :now
+    SELECT d.id FROM deliveries d INDEXED BY deliveries_claim_order
+    WHERE d.subscription_id = :subscription_id AND d.status = 'pending'
+      AND d.run_at + d.priority_wait <= :now + {max_priority_wait} AND d.run_at <= :now
       AND EXISTS (SELECT 1 FROM subscriptions WHERE id = :subscription_id AND state = 'active')
       AND (ordering_key IS NULL OR (
         NOT EXISTS (
@@ -145,9 +158,9 @@ WHERE id IN (
             WHERE p.subscription_id = :subscription_id AND p.ordering_key = d.ordering_key
               AND p.status IN ('pending', 'processing') AND p.event_id < d.event_id
               AND p.ordering_key IS NOT NULL)))
-    ORDER BY d.run_at, d.id
+    ORDER BY d.run_at + d.priority_wait, d.run_at, d.id
     LIMIT :limit)
-RETURNING id, event_id, attempts, ordering_key, run_at;
+RETURNING id, event_id, attempts, ordering_key, run_at, run_at + priority_wait AS place;
 
 -- name: claimed_events
 SELECT id, event_type, payload, headers, key, correlation_id, created_at, causation_id, version

@@ -45,7 +45,7 @@ ORDER BY s.name;
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -279,14 +279,14 @@ LIMIT :limit;
 
 -- name: event_row
 SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at,
-       version AS event_version
+       version AS event_version, priority
 FROM events WHERE id = :id;
 
 -- name: event_deliveries
 -- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
