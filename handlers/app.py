@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from eventbus import Bus
 
-from . import orders, payments, retrain, shipping
+from . import gallery, orders, payments, retrain, shipping
 
 bus = Bus()
 bus.include(orders.router)
 bus.include(payments.router)
 bus.include(shipping.router)
 bus.include(retrain.machine)
+bus.include(gallery.thumbnail)
+bus.include(gallery.album)

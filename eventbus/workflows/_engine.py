@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ from ..context import Context
 from ..errors import CheckpointTooLarge, ConfigurationError, InvalidCheckpoint
 from ..router import TRANSACTIONAL_TIMEOUT_SECONDS
 from ._commits import CommitQueue, LoadQueue
-from ._context import StepContext
+from ._context import Family, StepContext
 from ._decide import (
     ACTIVE,
     Compensated,
@@ -50,10 +51,19 @@ log = logging.getLogger("eventbus.workflows")
 class Engine:
     """Runs the visits of one machine: reads through ``store``, commits through ``commits``."""
 
-    def __init__(self, machine: Machine[Any], store: WorkflowStore, commits: CommitQueue) -> None:
+    def __init__(
+        self,
+        machine: Machine[Any],
+        store: WorkflowStore,
+        commits: CommitQueue,
+        family: Family | None = None,
+        register: Callable[[Sequence[str]], Awaitable[None]] | None = None,
+    ) -> None:
         self.m = machine
         self.store = store
         self.commits = commits
+        self.family = family
+        self._register = register
         self.actor = f"worker:{socket.gethostname()}:{os.getpid()}"
         self.loads = LoadQueue(store, machine.name)
         self._swept_at = -float("inf")
@@ -132,7 +142,7 @@ class Engine:
         attempt = ctx.attempt if ctx is not None else 1
         sctx = StepContext(
             facts.instance, run.state.name, run.visit, list(facts.signals), self.m.compensations,
-            attempt, run.approval, connection,
+            attempt, run.approval, connection, self.family, facts.children, run.state.children,
         )  # fmt: skip
         started = time.time()
         result: object
@@ -150,7 +160,9 @@ class Engine:
             result, data = Fail("checkpoint-invalid", str(exc)), None
         except Exception as exc:  # the state machine is the error boundary
             result, data = exc, None
-        return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects))
+        if sctx.starts and self._register is not None:  # a child's first step fans out to its subscription
+            await self._register([start.machine for start in sctx.starts])
+        return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects), tuple(sctx.starts))
 
     @staticmethod
     async def _call(run: RunState, sctx: StepContext) -> object:

@@ -158,7 +158,7 @@ class Workflows:
         m.check()
         if m.name in self.machines:
             raise DuplicateSubscription(f"a machine named {m.name!r} is already included")
-        engine = Engine(m, self.store, self.commits)
+        engine = Engine(m, self.store, self.commits, self, self.ensure_registered)
         self._router.add(
             Subscription(
                 name=f"wf.{m.name}",
