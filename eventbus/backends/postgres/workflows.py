@@ -248,10 +248,11 @@ class PgWorkflows:
 
     async def _family(self, conn: Any, t: WorkflowTransition) -> bool:
         """Child runs a transition starts, cancels or ends; whether its own wait on children is due now."""
-        for s in t.starts:
-            started = await start_on(self.db, conn, s)
-            await conn.execute(self.q["wf_child_link"], t.machine, t.key, t.run_id, s.machine, s.key,
-                               started is not None)  # fmt: skip
+        if t.starts:
+            started = await self._start_children(conn, t.starts)
+            keys = [(s.machine, s.key) for s in t.starts]
+            await conn.execute(self.q["wf_child_link"], t.machine, t.key, t.run_id, [m for m, _ in keys],
+                               [k for _, k in keys], [k in started for k in keys])  # fmt: skip
         ended = [(t.machine, t.key)] if t.status in ENDED_STATUSES else []
         if t.status == "cancelled":
             reason = f"{t.machine}/{t.key} was cancelled"
@@ -262,6 +263,21 @@ class PgWorkflows:
         if t.children_wait is None:
             return False
         return bool(await conn.fetchval(self.q["wf_children_wait"], t.machine, t.key, t.children_wait))
+
+    async def _start_children(self, conn: Any, starts: Sequence[WorkflowStart]) -> set[tuple[str, str]]:
+        """Start child runs in one statement (each key once, sorted); the (machine, key) of those started."""
+        unique = sorted({(s.machine, s.key): s for s in reversed(starts)}.items())
+        columns = [[s.machine for _, s in unique], [s.key for _, s in unique], [s.state for _, s in unique],
+                   [s.checkpoint for _, s in unique], [s.once for _, s in unique]]  # fmt: skip
+        rows = await conn.fetch(self.q["wf_start_many"], *columns)
+        started = {(r["machine"], r["key"]) for r in rows}
+        for key, s in unique:
+            if s.once and key not in started:
+                await conn.execute(self.q["wf_keep"], s.machine, s.key)
+        steps = [workflow_step(r["machine"], r["key"], r["version"], "start") for r in rows]
+        if steps:
+            await self._publish_steps(conn, steps)
+        return started
 
     async def _ledger(self, conn: Any, t: WorkflowTransition, version: int) -> None:
         """The rows a transition writes beside the pointer: signals, effects, approvals."""

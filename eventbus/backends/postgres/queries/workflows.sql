@@ -79,6 +79,24 @@ SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.stat
 WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT ($5::boolean AND i.status = 'completed')
 RETURNING i.*, now() AS now, false AS has_signals;
 
+-- name: wf_start_many
+-- wf_start for the child runs a transition starts, in one statement (one
+-- round trip, where one per child bounded a fan-out of thousands): each key
+-- is guarded as wf_start guards it ($5 is each start's once). The caller
+-- passes each key once, sorted, so concurrent fan-outs lock in one order.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept)
+SELECT t.machine, t.key, t.state, 'pending', t.checkpoint, now(), t.once
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::boolean[])
+     AS t(machine, key, state, checkpoint, once)
+ON CONFLICT (machine, key) DO UPDATE
+SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+    visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
+    last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
+    state_entered_at = now(), run_started_at = now(), updated_at = now(),
+    children_ended = 0, children_wait = NULL
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (EXCLUDED.kept AND i.status = 'completed')
+RETURNING i.machine, i.key, i.version;
+
 -- name: wf_keep
 -- A start with once=True found the key's run completed (started without
 -- once, perhaps): mark it kept, so retention keeps what refuses the next start.
@@ -299,26 +317,26 @@ FROM {schema}.wf_definitions WHERE machine = $1
 ORDER BY registered_at DESC, def_hash LIMIT 1;
 
 -- name: wf_child_link
--- A child run joins the parent's run ($1, $2, $3) in the parent's transition:
--- the run of ($4, $5) the start just began, or the live (or, with once,
--- completed) one it left alone. A run that already ended is linked as ended
--- and counts at once; a link made twice is one.
-WITH child AS (
-    SELECT i.machine, i.key, i.run_id, i.status, i.state, i.checkpoint, i.last_error_code, i.last_error,
-           i.status IN ('completed', 'failed', 'cancelled') AS ended
-    FROM {schema}.wf_instances i WHERE i.machine = $4 AND i.key = $5
-), linked AS (
+-- Child runs join the parent's run ($1, $2, $3) in the parent's transition,
+-- in start order: for each ($4 machines, $5 keys) the run the start just
+-- began ($6 true), or the live (or, with once, completed) one it left alone.
+-- A run that already ended is linked as ended and counts at once; a link
+-- made twice is one.
+WITH linked AS (
     INSERT INTO {schema}.wf_children (parent_machine, parent_key, parent_run_id, machine, key, run_id,
                                       started, status, state, checkpoint, error_code, error, ended_at)
-    SELECT $1, $2, $3, c.machine, c.key, c.run_id, $6,
-           CASE WHEN c.ended THEN c.status END, CASE WHEN c.ended THEN c.state END,
-           CASE WHEN c.ended THEN c.checkpoint END, CASE WHEN c.ended THEN c.last_error_code END,
-           CASE WHEN c.ended THEN c.last_error END, CASE WHEN c.ended THEN now() END
-    FROM child c
+    SELECT $1, $2, $3, i.machine, i.key, i.run_id, t.started, e.status, e.state, e.checkpoint,
+           e.last_error_code, e.last_error, CASE WHEN e.status IS NOT NULL THEN now() END
+    FROM unnest($4::text[], $5::text[], $6::boolean[]) WITH ORDINALITY AS t(machine, key, started, ord)
+    JOIN {schema}.wf_instances i ON i.machine = t.machine AND i.key = t.key
+    LEFT JOIN {schema}.wf_instances e ON e.machine = i.machine AND e.key = i.key
+                                     AND e.status IN ('completed', 'failed', 'cancelled')
+    ORDER BY t.ord
     ON CONFLICT DO NOTHING
     RETURNING status
 )
-UPDATE {schema}.wf_instances SET children_ended = children_ended + 1
+UPDATE {schema}.wf_instances
+SET children_ended = children_ended + (SELECT count(*) FROM linked WHERE status IS NOT NULL)
 WHERE machine = $1 AND key = $2 AND run_id = $3
   AND EXISTS (SELECT 1 FROM linked WHERE status IS NOT NULL);
 
