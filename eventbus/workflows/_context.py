@@ -199,8 +199,9 @@ class StepContext:
         """Start a child run of ``machine`` (included in the bus; one of the state's ``children``),
         committed with this visit's transition.
 
-        Nothing starts if the visit raises or runs past its timeout; a visit
-        run again after a crash starts nothing twice. As
+        Nothing starts if the visit raises, runs past its timeout or returns
+        something invalid; a visit run again after a crash starts nothing
+        twice. As
         ``bus.workflows.start``: a live run of the key is left alone (and, with
         ``once``, a completed one); this run then waits on that run instead.
         The child's end is an outcome this run reads in :attr:`children`.

@@ -154,7 +154,7 @@ class Ran:
     consumed: tuple[int, ...] = ()
     effects: tuple[WorkflowEffect, ...] = ()
     starts: tuple[WorkflowStart, ...] = ()
-    """Child runs the state started; dropped when it raised or timed out."""
+    """Child runs the state started; dropped when it raised, timed out or returned something invalid."""
 
 
 @dataclass(frozen=True)
@@ -495,7 +495,7 @@ def _decide_run(m: Machine[Any], facts: WorkflowFacts, ran: Ran, by: Writer) -> 
         consume_signals=ran.consumed,
         effects=ran.effects,
         approvals=((approval.id, "approved", "approved"),) if approval is not None else (),
-        starts=() if isinstance(ran.result, (BaseException, TimedOut)) else ran.starts,
+        starts=() if kind in ("error", "timeout") else ran.starts,  # a visit in error starts nothing
     )
     if kind == "yield" or (target == state.name and not state.continue_run):
         # A yield, or a failure edge back into a yield point: wait a poll, holding nothing.
