@@ -78,7 +78,9 @@ class Engine:
         if inst.version != step.version or inst.status not in ACTIVE:
             return
         by = self._writer(ctx)
-        match plan(self.m, facts, by):
+        planned = plan(self.m, facts, by)
+        await self._register_children(planned)
+        match planned:
             case RunState() as run if run.state.transactional:
                 t, version = await self._visit_in_transaction(facts, run, ctx, by)
             case planned:
@@ -90,7 +92,23 @@ class Engine:
     async def visit(self, facts: WorkflowFacts, ctx: Context | None) -> WorkflowTransition | None:
         """Plan, run what the plan says, decide: the transition to commit, or None."""
         by = self._writer(ctx)
-        return await self._visit_planned(facts, plan(self.m, facts, by), ctx, by)
+        planned = plan(self.m, facts, by)
+        await self._register_children(planned)
+        return await self._visit_planned(facts, planned, ctx, by)
+
+    async def _register_children(self, planned: Plan) -> None:
+        """Record the step subscriptions of the child machines a state may start, before it runs.
+
+        So a child's first step fans out to its subscription; done before a
+        transactional state opens its transaction (on SQLite the registration
+        would wait for the write lock that transaction holds). Once per process.
+        """
+        if not isinstance(planned, RunState) or not planned.state.children or self._register is None:
+            return
+        known = self.family.machines if self.family is not None else {}
+        names = [name for name in planned.state.children if name in known]
+        if names:
+            await self._register(names)
 
     async def _visit_in_transaction(
         self, facts: WorkflowFacts, run: RunState, ctx: Context | None, by: Writer
@@ -160,8 +178,6 @@ class Engine:
             result, data = Fail("checkpoint-invalid", str(exc)), None
         except Exception as exc:  # the state machine is the error boundary
             result, data = exc, None
-        if sctx.starts and self._register is not None:  # a child's first step fans out to its subscription
-            await self._register([start.machine for start in sctx.starts])
         return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects), tuple(sctx.starts))
 
     @staticmethod

@@ -288,3 +288,59 @@ async def test_children_that_ended_before_the_wait_make_it_due_at_once(bus: Bus)
     assert await _wakes(bus, "early") == 0, "nobody waits yet"
     assert await store.commit(_move("p", "early", 2, children_wait=ALL_CHILDREN)) == 3
     assert await _wakes(bus, "early") == 1, "the wait is due as it commits: no lost wake-up"
+
+
+tfan = Machine("tfan", checkpoint=Fan, key=lambda c: c.key)
+
+
+@tfan.state(initial=True, on_success="DONE", on_failure="FAILED", continue_run=False, children=kid,
+            max_visits=3, transactional=True)  # fmt: skip
+async def T_FAN(c: Fan, ctx: StepContext) -> Yield | None:
+    assert ctx.connection is not None
+    if not ctx.children:
+        for i in range(c.n):
+            ctx.start(kid, Kid(key=f"{c.key}-{i}", n=i))
+        return Yield(children="all")
+    c.outcomes = [(ch.key, ch.status, ch.checkpoint.square, ch.error_code) for ch in ctx.children]
+    return None
+
+
+tfan.terminal("DONE")
+
+
+async def test_a_transactional_state_starts_its_children_in_its_transaction(bus: Bus) -> None:
+    bus.include(kid)
+    bus.include(tfan)
+    await bus.workflows.start(tfan, Fan(key="tx", n=2))
+    await finish(bus, tfan, ["tx"], timeout=15)
+    done = await bus.workflows.instance(tfan, "tx")
+    assert done.checkpoint.outcomes == [("tx-0", "completed", 0, None), ("tx-1", "completed", 1, None)]
+
+
+async def test_a_live_or_completed_run_of_the_key_is_linked_not_started_again(bus: Bus) -> None:
+    store = bus.backend.workflows
+    await store.start("c", "live", "W", b"{}")  # someone else's run, live
+    await store.start("c", "over", "W", b"{}")
+    assert await store.commit(_end("over")) == 2  # a run that completed
+    await store.start("p", "adopt", "W", b"{}")
+    starts = (
+        WorkflowStart("c", "live", "W", b"{}"),
+        WorkflowStart("c", "over", "W", b"{}", once=True),
+        WorkflowStart("c", "new", "W", b"{}"),
+    )
+    assert await store.commit(_move("p", "adopt", 1, starts=starts, children_wait=ALL_CHILDREN)) == 2
+    facts = (await store.facts("p", ["adopt"]))["adopt"]
+    assert [(c.key, c.started, c.status) for c in facts.children] == [
+        ("live", False, None),
+        ("over", False, "completed"),
+        ("new", True, None),
+    ]
+    assert (facts.instance.children_ended, facts.instance.children_wait) == (1, 3)
+    assert (await store.load("c", "live")).version == 1, "the live run was left alone"  # type: ignore[union-attr]
+    cancel = msgspec.structs.replace(_move("p", "adopt", 2), state="CANCELLED", status="cancelled")
+    assert await store.commit(cancel) == 3
+    live, new = await store.load("c", "live"), await store.load("c", "new")
+    assert live is not None and new is not None
+    assert (live.status, new.status) == ("pending", "cancelled"), (
+        "only the run the parent started is cancelled"
+    )
