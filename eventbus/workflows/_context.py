@@ -14,7 +14,7 @@ from ..backends.base import WorkflowEffect, WorkflowStart
 from ..errors import ConfigurationError, DecodeError
 from ..types import WorkflowApprovalRow, WorkflowChildRow, WorkflowInstance, WorkflowSignalRow
 
-__all__ = ["Child", "Family", "StepContext"]
+__all__ = ["Child", "Family", "StepContext", "child_of"]
 
 
 class Family(Protocol):
@@ -59,7 +59,8 @@ class Child:
         return self.status == "completed"
 
 
-def _child(row: WorkflowChildRow, machines: Mapping[str, Any]) -> Child:
+def child_of(row: WorkflowChildRow, machines: Mapping[str, Any]) -> Child:
+    """A stored child link as a :class:`Child`, its checkpoint decoded when its machine is in ``machines``."""
     checkpoint: Any = row.checkpoint
     m = machines.get(row.machine)
     if m is not None and row.checkpoint is not None:
@@ -223,4 +224,4 @@ class StepContext:
     def children(self) -> list[Child]:
         """The child runs of this run, in the order they were started (those of this visit excluded)."""
         machines = self._family.machines if self._family is not None else {}
-        return [_child(row, machines) for row in self._children]
+        return [child_of(row, machines) for row in self._children]

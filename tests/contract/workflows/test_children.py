@@ -144,6 +144,12 @@ async def test_fan_out_and_in_on_all_with_every_outcome_readable(cbus: Bus) -> N
         ("all-3", "failed", None, "RuntimeError"),
         ("all-4", "completed", 16, None),
     ], "a failed child is an outcome of the parent, not a crash of it"
+    children = await cbus.workflows.children(fan, "all")
+    assert [(c.key, c.status, c.state, c.ok, c.started) for c in children][2:4] == [
+        ("all-2", "completed", "DONE", True, True),
+        ("all-3", "failed", "FAILED", False, True),
+    ]
+    assert children[2].checkpoint == Kid(key="all-2", n=2, square=4) and children[3].error is not None
     history = await cbus.workflows.history(fan, "all")
     assert [(h.outcome, h.yielded) for h in history] == [("yield", True), ("ok", False)]
 
