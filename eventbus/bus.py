@@ -195,6 +195,7 @@ class Bus(Router):
             self.register,
             self.outgoing,
             lambda: self.max_payload_bytes,
+            self.delivery,
         )
         """Subscriptions without a handler, whose deliveries code claims itself (:mod:`eventbus.pull`)."""
 

@@ -40,6 +40,7 @@ Every error derives from one root::
     │   └── InvalidOutcome        an outcome a state returned that cannot be committed
     ├── HandlerInterrupted        a handler outlived the shutdown grace period
     ├── HandlerTimeout            a handler ran past its timeout
+    ├── FanOutError               a fan-out schedule's tenant lister raised
     └── HandlerSignal             raised by handlers to steer their delivery
         ├── Retry
         └── DeadLetter
@@ -61,6 +62,7 @@ __all__ = [
     "EncodeError",
     "EventBusError",
     "ExtraNotInstalled",
+    "FanOutError",
     "FutureEventVersion",
     "GuardMismatch",
     "HandlerInterrupted",
@@ -213,6 +215,10 @@ class UnknownSchedule(NotFound):
 
 class HandlerTimeout(EventBusError):
     """The handler ran past its timeout and was cancelled."""
+
+
+class FanOutError(EventBusError):
+    """A fan-out schedule's tenant lister raised: nothing of the occurrence was started; it is retried."""
 
 
 class HandlerSignal(EventBusError):

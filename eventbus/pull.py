@@ -23,7 +23,7 @@ from .errors import ConfigurationError, DecodeError, NotFound
 from .event import Event, check_upcasters, event_type_of
 from .retry import Outcome, RetryPolicy, policy_with
 from .router import Router, Subscription, decode_claimed
-from .types import DeliveryId, EventId
+from .types import DeliveryDetail, DeliveryId, EventId
 
 __all__ = ["MAX_CLAIM", "Batch", "ClaimFailed", "Pull", "PulledDelivery"]
 
@@ -195,8 +195,10 @@ class Pull:
         register: Callable[[Sequence[str]], Awaitable[dict[str, int]]],
         outgoing: Outgoing,
         max_payload_bytes: Callable[[], int],
+        show: Callable[[int], Awaitable[DeliveryDetail]],
     ) -> None:
         self._router = router
+        self._show = show
         self._store = store
         """The backend's delivery store, looked up at each claim."""
         self._register = register
@@ -256,6 +258,27 @@ class Pull:
         :raises NotFound: no subscription of that name in this bus.
         :raises ConfigurationError: it has a handler (a worker serves it), or a bad limit or lease.
         """
+        batch = await self.take(subscription, limit=limit, lease_seconds=lease_seconds)
+        try:
+            yield batch
+        finally:
+            with anyio.CancelScope(shield=True):
+                await batch.release_unsettled()
+
+    async def take(
+        self, subscription: str | Subscription, *, limit: int = 10, lease_seconds: float | None = None
+    ) -> Batch:
+        """Claim as :meth:`claim` does, for a process that settles the deliveries later or elsewhere.
+
+        Nothing releases what this returns: each delivery stays claimed until
+        it is settled (by this process, or by any other that names it with its
+        lease token through :meth:`held`) or its lease runs out and it is
+        recovered as a crashed worker's would be (the attempt counted). The
+        command line's ``eventbus claim`` is built on it.
+
+        :raises NotFound: no subscription of that name in this bus.
+        :raises ConfigurationError: it has a handler (a worker serves it), or a bad limit or lease.
+        """
         sub = self._subscription(subscription)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CLAIM:
             raise ConfigurationError(f"limit must be an int between 1 and {MAX_CLAIM}, got {limit!r}")
@@ -263,22 +286,53 @@ class Pull:
         sub_id = await self._subscription_id(sub.name)
         store = self._store()
         batch = Batch(store, sub, seconds, str(uuid.uuid4()), self._outgoing)
+        claimed = await store.claim(sub_id, limit, seconds, batch.worker_id, sub.ordered)
         try:
-            claimed = await store.claim(sub_id, limit, seconds, batch.worker_id, sub.ordered)
-            undecodable: list[Failure] = []
-            for delivery in claimed:
-                try:
-                    event = decode_claimed(sub, delivery, self._max_payload_bytes())
-                except DecodeError as exc:
-                    undecodable.append(batch.failure(delivery, exc, Outcome(dead=True)))
-                    continue
-                batch.deliveries.append(PulledDelivery(batch, delivery, event))
-            if undecodable:  # dead-lettered, as a worker would, in one statement
-                await store.fail(undecodable)
-            yield batch
-        finally:
+            await self._decode_into(batch, claimed)
+        except BaseException:
             with anyio.CancelScope(shield=True):
                 await batch.release_unsettled()
+            raise
+        return batch
+
+    async def _decode_into(self, batch: Batch, claimed: Sequence[ClaimedDelivery]) -> None:
+        """Add the decodable deliveries to ``batch``; dead-letter the others in one statement."""
+        undecodable: list[Failure] = []
+        for delivery in claimed:
+            try:
+                event = decode_claimed(batch.subscription, delivery, self._max_payload_bytes())
+            except DecodeError as exc:
+                undecodable.append(batch.failure(delivery, exc, Outcome(dead=True)))
+                continue
+            batch.deliveries.append(PulledDelivery(batch, delivery, event))
+        if undecodable:  # dead-lettered, as a worker would
+            await batch.store.fail(undecodable)
+
+    async def held(self, delivery_id: int, lease_token: str) -> PulledDelivery:
+        """The delivery ``delivery_id`` claimed under ``lease_token``, to settle or extend in any process.
+
+        A script that claimed with ``eventbus claim`` (or :meth:`take`) hands
+        the id and token to whatever finishes the work. Nothing is checked
+        against the lease here: each method of the result is fenced by the
+        token, as in the claiming process, and returns False once it no longer
+        holds. The attempt number the retry policy counts is read with the
+        delivery (from a replica when the bus reads from one, which may lag).
+
+        :raises NotFound: no such delivery, or its subscription is not in this bus.
+        :raises ConfigurationError: the token is not a lease token, or the subscription has a handler.
+        """
+        try:
+            token = str(uuid.UUID(lease_token))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigurationError(f"{lease_token!r} is not a lease token (a UUID)") from exc
+        detail = await self._show(delivery_id)
+        sub = self._subscription(detail.subscription)
+        delivery = _claimed_of(detail, token)
+        batch = Batch(self._store(), sub, sub.lease_seconds, str(uuid.uuid4()), self._outgoing)
+        event = decode_claimed(sub, delivery, self._max_payload_bytes())
+        pulled = PulledDelivery(batch, delivery, event)
+        batch.deliveries.append(pulled)
+        return pulled
 
     def _subscription(self, subscription: str | Subscription) -> Subscription:
         name = subscription.name if isinstance(subscription, Subscription) else subscription
@@ -296,6 +350,27 @@ class Pull:
         if name not in self._ids:
             self._ids.update(await self._register([name]))
         return self._ids[name]
+
+
+def _claimed_of(detail: DeliveryDetail, lease_token: str) -> ClaimedDelivery:
+    """A delivery read back by id, as its claim under ``lease_token`` handed it out."""
+    return ClaimedDelivery(
+        id=detail.id,
+        event_id=detail.event_id,
+        subscription_id=0,
+        attempts=detail.attempts,
+        lease_token=lease_token,
+        event_type=detail.event_type,
+        payload=detail.payload,
+        headers=detail.headers,
+        key=detail.key,
+        correlation_id=detail.correlation_id,
+        ordering_key=None,
+        created_at=detail.created_at,
+        run_at=detail.run_at,
+        causation_id=detail.causation_id,
+        event_version=detail.event_version,
+    )
 
 
 def _checked_lease(seconds: Any) -> float:

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .context import Context
 from .errors import DecodeError, DuplicateSubscription, HandlerSignatureError, InvalidSchedule
 from .event import Event, check_upcasters, decode_event, event_type_of
+from .fanout import LEASE_SECONDS as FAN_OUT_LEASE_SECONDS
+from .fanout import RETRY as FAN_OUT_RETRY
+from .fanout import FanOutTarget, per_tenant_of
 from .retry import RetryPolicy, policy_with
 from .schedules import EPOCH, EventTarget, MachineTarget, Schedule
 from .types import DstFold, DstGap, MissedPolicy, OverlapPolicy
@@ -166,6 +169,8 @@ class Router:
         dst_fold: DstFold = "first",
         start: Any = None,
         checkpoint: Any = None,
+        for_each: Any = None,
+        spread: timedelta | float | None = None,
     ) -> Schedule:
         """Declare a recurring schedule that publishes ``event_class`` at each occurrence.
 
@@ -176,26 +181,27 @@ class Router:
         ``checkpoint=fn(scheduled_for)`` instead of an event class, each firing
         starts a run of that state machine. A worker records the declaration
         when it starts. Raises :class:`InvalidSchedule` for a bad spec or policy.
+
+        With ``for_each=list_tenants`` (a function, sync or async, returning
+        tenant keys) each occurrence fans out: one event per tenant (the class
+        has a ``tenant`` field), or with ``start=`` one run per tenant from
+        ``checkpoint=fn(tenant, scheduled_for)``, all committed in one
+        transaction and keyed ``name@<scheduled_for>/<tenant>``. ``spread``
+        (seconds) delays each tenant by a fixed offset in the window, hashed
+        from the tenant. See :mod:`eventbus.fanout`.
         """
-        target: EventTarget | MachineTarget
-        if start is not None:
-            if event_class is not None or checkpoint is None:
-                raise InvalidSchedule(f"schedule {name!r}: start= takes checkpoint= and no event class")
-            target = MachineTarget(start, checkpoint)
-        else:
-            if event_class is None or checkpoint is not None:
-                raise InvalidSchedule(
-                    f"schedule {name!r}: name the event class it publishes, or start= a machine"
-                )
-            event_type_of(event_class)  # fail now if the class has no event_type
-            target = EventTarget(event_class)
-        target.check()
+        target = _target(name, event_class, start, checkpoint, for_each, spread)
         schedule = Schedule.build(
             name, target, cron=cron, every=every, tz=tz, anchor=anchor, missed=missed,
             max_catchup=max_catchup, overlap=overlap, cooldown=cooldown, jitter=jitter,
             dst_gap=dst_gap, dst_fold=dst_fold,
         )  # fmt: skip
+        if isinstance(target, FanOutTarget) and target.subscription in self.subscriptions:
+            raise DuplicateSubscription(f"a subscription named {target.subscription!r} is already registered")
         self.add_schedule(schedule)
+        if isinstance(target, FanOutTarget):
+            fan_out = (target.subscription, target.event_class, target.fan_out)
+            self.add(Subscription(*fan_out, FAN_OUT_RETRY, FAN_OUT_LEASE_SECONDS))
         return schedule
 
     def add_schedule(self, schedule: Schedule) -> None:
@@ -203,6 +209,26 @@ class Router:
         if schedule.name in self.declared_schedules:
             raise InvalidSchedule(f"a schedule named {schedule.name!r} is already declared")
         self.declared_schedules[schedule.name] = schedule
+
+
+def _target(
+    name: str, event_class: type[Event] | None, start: Any, checkpoint: Any, for_each: Any, spread: Any
+) -> EventTarget | MachineTarget | FanOutTarget:
+    """What a schedule fires, from the options of :meth:`Router.schedule`, checked."""
+    if start is not None and (event_class is not None or checkpoint is None):
+        raise InvalidSchedule(f"schedule {name!r}: start= takes checkpoint= and no event class")
+    if start is None and (event_class is None or checkpoint is not None):
+        raise InvalidSchedule(f"schedule {name!r}: name the event class it publishes, or start= a machine")
+    if event_class is not None:
+        event_type_of(event_class)  # fail now if the class has no event_type
+    if for_each is not None:
+        seconds = spread.total_seconds() if isinstance(spread, timedelta) else spread or 0.0
+        return FanOutTarget.build(name, per_tenant_of(event_class, start, checkpoint), for_each, seconds)
+    if spread is not None:
+        raise InvalidSchedule(f"schedule {name!r}: spread= spreads a fan-out (for_each=) only")
+    target = MachineTarget(start, checkpoint) if start is not None else EventTarget(event_class)  # type: ignore[arg-type]
+    target.check()
+    return target
 
 
 def decode_claimed(sub: Subscription, delivery: ClaimedDelivery, max_payload_bytes: int) -> Event:

@@ -1,7 +1,8 @@
 """Run the example end to end: ``python -m handlers``.
 
 Publishes three orders (one over the card limit), drains them with a burst
-worker, then prints the status table and the dead-letter queue. Then runs the
+worker, renders the invoices of the shipped orders with a pull claim (a batch
+job, not a worker), then prints the status table and the dead-letter queue. Then runs the
 retraining state machine for three customers against a pretend GPU service:
 one trains normally, one's job fails until the visit cap ends the run, and
 one's job succeeds while the model download crashes, so its next run resumes
@@ -18,12 +19,15 @@ from eventbus import Bus, Envelope, Worker
 from eventbus.workflows import diagram
 from schemas import Album, OrderPlaced, Retrain
 
+from . import invoices
 from .app import bus
 from .gallery import album
 from .gpu import gpu
 from .retrain import machine
 
 CUSTOMERS = ("acme", "globex", "initech")
+UNSERVED = ("wf.retrain", invoices.SUBSCRIPTION)
+"""Not drained by workers here: the machine's steps (run below), the pulled invoices (claimed below)."""
 
 
 async def settled(bus: Bus, machines: bool | str) -> bool:
@@ -34,7 +38,7 @@ async def settled(bus: Bus, machines: bool | str) -> bool:
         return all(s in ("completed", "failed") for s in statuses)
     report = await bus.status()  # the order flow, payment retries included
     return not any(
-        r.status in ("pending", "processing") for r in report.rows if not r.subscription.startswith("wf.")
+        r.status in ("pending", "processing") for r in report.rows if r.subscription not in UNSERVED
     )
 
 
@@ -59,10 +63,12 @@ async def orders() -> None:
     fresh = sum(not r.duplicate for r in results)
     print(f"published {fresh} new orders ({len(results) - fresh} already known) to {bus.dsn}")
     await drain(bus)
+    rendered = await invoices.render_invoices(bus)  # a pull claim: no worker serves `invoices`
+    print(f"invoices rendered by a batch job (pull claim): {', '.join(sorted(rendered)) or 'none'}")
     report = await bus.status()
     print(f"\n{'SUBSCRIPTION':<28} {'STATUS':<10} COUNT")
     for row in report.rows:
-        if not row.subscription.startswith("wf."):
+        if row.subscription != "wf.retrain":
             print(f"{row.subscription:<28} {row.status:<10} {row.count}")
     for dead in await bus.dead_letters():
         detail = await bus.delivery(dead.id)

@@ -44,6 +44,10 @@ class PretendGPU:
         """The customer's next jobs end in ``outcomes`` ("succeeded"/"failed") after ``polls`` polls."""
         self._plans[customer] = [(o, polls, crash_download) for o in outcomes]
 
+    def customers(self) -> list[str]:
+        """Every customer with training data (scripted jobs or past ones)."""
+        return sorted(set(self._plans) | {j.customer for j in self.jobs.values()})
+
     async def check_readiness(self, customer: str) -> None:
         if customer not in self._plans and not any(j.customer == customer for j in self.jobs.values()):
             raise LookupError(f"no training data for {customer}")

@@ -4,11 +4,16 @@ The shape of the article: submit a GPU job, poll it for up to five hours
 without holding a worker (each poll is one short visit), retry a failed job
 through a capped pair of states, and resume a run whose job succeeded but
 whose download crashed without paying for another training.
+
+The application starts one run per customer every night from a single
+fan-out schedule (``handlers.app``): :func:`active_customers` lists them,
+:func:`checkpoint` builds each run's checkpoint, and ``spread=`` gives each
+customer a fixed start time of its own in the window.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from eventbus.workflows import Goto, Machine, StepContext, Yield
 from schemas import Retrain
@@ -73,3 +78,13 @@ async def DOWNLOAD_SAVE(c: Retrain, ctx: StepContext) -> None:
 
 
 machine.terminal("DONE")
+
+
+async def active_customers() -> list[str]:
+    """The customers whose models are kept fresh (in production: a query of the customer table)."""
+    return gpu.customers()
+
+
+def checkpoint(customer: str, scheduled_for: datetime) -> Retrain:
+    """A nightly run's checkpoint; a run of the customer still live (polling a long job) is left alone."""
+    return Retrain(customer=customer)

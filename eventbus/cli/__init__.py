@@ -1,5 +1,6 @@
 """Command line: ``eventbus migrate | worker | publish | cancel | status | subscriptions | dlq | bench``,
-``eventbus schedule``, ``eventbus workflow`` and ``eventbus dashboard``.
+``eventbus schedule``, ``eventbus workflow``, ``eventbus dashboard`` and the pull claims
+``eventbus claim | complete | fail | release | extend``.
 
 The database comes from ``--dsn`` or ``$EVENTBUS_DSN`` and defaults to the
 embedded SQLite file. User mistakes print one line and exit non-zero.
@@ -26,6 +27,7 @@ from .bench import bench
 from .dashboard import dashboard
 from .dlq import dlq
 from .observe import metrics_options, print_status, prune, start_metrics, trace
+from .pull import COMMANDS as PULL_COMMANDS
 from .schedule import schedule
 from .subscriptions import subscriptions, unserved_note
 from .workflow import workflow
@@ -279,6 +281,8 @@ cli.add_command(workflow)
 cli.add_command(trace)
 cli.add_command(prune)
 cli.add_command(dashboard)
+for command in PULL_COMMANDS:
+    cli.add_command(command)
 
 
 def main() -> None:

@@ -6,6 +6,8 @@ the same outcomes: attempts, retries by the policy, dead letters, fencing.
 
 from __future__ import annotations
 
+import uuid
+
 import anyio
 import pytest
 
@@ -13,6 +15,7 @@ from eventbus import Bus, ConfigurationError, Context, DeadLetter, NotFound, Ret
 from eventbus.errors import DuplicateSubscription
 from eventbus.pull import ClaimFailed
 
+from ...conftest import BusFactory
 from ...support.helpers import FAST, OrderPlaced, PaymentRequested, counts, drain
 
 
@@ -216,3 +219,48 @@ async def test_a_paused_subscription_hands_out_nothing(bus: Bus) -> None:
     assert await bus.resume_subscription("agent")
     async with bus.pull.claim("agent") as batch:
         assert len(batch) == 1 and await batch[0].complete()
+
+
+async def test_take_leaves_the_claim_to_whoever_holds_the_token(bus: Bus, make_bus: BusFactory) -> None:
+    bus.pull.subscription(OrderPlaced, name="agent", retry=FAST)
+    await bus.register()
+    ids = await _publish(bus, 3)
+    batch = await bus.pull.take("agent", limit=2, lease_seconds=60)
+    assert [d.event_id for d in batch] == ids[:2]
+    claimed, token = [d.id for d in batch], batch[0].lease_token
+    del batch  # this process is done with it: nothing hands the deliveries back
+    assert (await counts(bus))[("agent", "processing")] == 2
+
+    other = await make_bus()  # another process, knowing only the ids and the token
+    other.pull.subscription(OrderPlaced, name="agent", retry=FAST)
+    stranger = await other.pull.held(claimed[0], str(uuid.uuid4()))
+    assert await stranger.complete() is False  # not held under that token: fenced
+    first = await other.pull.held(claimed[0], token)
+    assert first.event == OrderPlaced(order_id="o-0") and first.attempt == 1
+    assert await first.complete(follow_ups=[PaymentRequested(order_id="o-0")])
+    assert await first.complete() is False  # settles once, as in the claiming process
+    assert await (await other.pull.held(claimed[1], token)).fail("later")
+    c = await counts(bus)
+    assert c[("agent", "completed")] == 1 and c[("agent", "pending")] == 2
+    detail = await bus.delivery(claimed[1])
+    assert detail.attempts == 1 and detail.history[0].message == "later"
+
+
+async def test_held_refuses_what_it_cannot_name(bus: Bus) -> None:
+    bus.pull.subscription(OrderPlaced, name="agent")
+
+    @bus.subscribe(PaymentRequested, name="pay")
+    async def pay(event: PaymentRequested, ctx: Context) -> None:
+        return None
+
+    await bus.register()
+    await _publish(bus, 1)
+    await bus.publish(PaymentRequested(order_id="o-0"))
+    token = (await bus.pull.take("agent")).deliveries[0].lease_token
+    with pytest.raises(ConfigurationError, match="is not a lease token"):
+        await bus.pull.held(1, "not-a-token")
+    with pytest.raises(NotFound, match="no delivery 999"):
+        await bus.pull.held(999, token)
+    (paid,) = [r for r in await bus.find_deliveries() if r.subscription == "pay"]
+    with pytest.raises(ConfigurationError, match="has a handler"):
+        await bus.pull.held(paid.id, token)
