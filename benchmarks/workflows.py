@@ -16,6 +16,15 @@ Scenarios, each on a scratch schema or file:
   n_tup_del`` over the schema; on SQLite they are counted from the tables
   (inserts of events, deliveries and history; one claim and one completion
   update per delivery; one pointer update per visit).
+- ``children``: one parent run fans out ``--children`` (10,000) child runs in
+  one visit (``ctx.start`` each, committed with its transition) and waits on
+  them with ``Yield(children="all")``; each child runs one state into a
+  terminal. Start rate = children / seconds from the parent's start until it
+  waits with every child linked (its visit and the one commit included);
+  fan-in rate = children / seconds from then until the parent, woken once
+  by the last child's end, has read every outcome and completed.
+
+    python -m benchmarks.workflows --backend postgres --scenario children
 """
 
 from __future__ import annotations
@@ -70,6 +79,36 @@ def waiter(poll: float, name: str) -> Machine[Step]:
 
     m.terminal("DONE")
     return m
+
+
+class Fan(msgspec.Struct):
+    key: str
+    n: int
+    read: int = 0
+
+
+def fan_machines() -> tuple[Machine[Fan], Machine[Step]]:
+    kid = Machine("bench-kid", checkpoint=Step, key=lambda c: c.key)
+
+    @kid.state(initial=True, on_success="DONE", on_failure="DONE")
+    async def WORK(c: Step, ctx: StepContext) -> None:
+        c.n += 1
+
+    kid.terminal("DONE")
+    fan = Machine("bench-fan", checkpoint=Fan, key=lambda c: c.key, lease_seconds=300.0)
+
+    @fan.state(initial=True, on_success="DONE", on_failure="DONE", continue_run=False, children=kid,
+               max_visits=3)  # fmt: skip
+    async def FAN(c: Fan, ctx: StepContext) -> Yield | None:
+        if not ctx.children:
+            for i in range(c.n):
+                ctx.start(kid, Step(key=f"{c.key}-{i}"))
+            return Yield(children="all")
+        c.read = sum(1 for child in ctx.children if child.ok)
+        return None
+
+    fan.terminal("DONE")
+    return fan, kid
 
 
 class Target:
@@ -214,15 +253,66 @@ async def _polling(target: Target, n: int, poll: float, window: float) -> dict[s
     return {"poll_s": poll, **result}
 
 
+async def children(target: Target, n: int) -> dict[str, Any]:
+    fan, kid = fan_machines()
+    bus = target.bus()
+    bus.include(fan)
+    bus.include(kid)
+    await bus.migrate()
+    async with bus:
+        worker = Worker(bus, poll_interval_seconds=0.2)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run)
+            began = time.perf_counter()
+            await bus.workflows.start(fan, Fan(key="p", n=n))
+
+            async def waiting() -> bool:
+                inst = await bus.workflows.instance(fan, "p")
+                return inst.status in ("waiting", "completed")
+
+            await wait_until(waiting, 900)
+            fanned = time.perf_counter()
+
+            async def done() -> bool:
+                return (await bus.workflows.instance(fan, "p")).status == "completed"
+
+            await wait_until(done, 1800)
+            ended = time.perf_counter()
+            worker.stop()
+        parent = await bus.workflows.instance(fan, "p")
+    assert parent.checkpoint.read == n and parent.visits == {"FAN": 2}, parent
+    return {
+        "scenario": "children",
+        "backend": target.backend,
+        "children": n,
+        "start_seconds": round(fanned - began, 2),
+        "starts_per_second": round(n / (fanned - began)),
+        "fan_in_seconds": round(ended - fanned, 2),
+        "fan_in_per_second": round(n / (ended - fanned)),
+        "parent_visits": parent.visits["FAN"],
+    }
+
+
+async def _scenarios(target: Target, args: argparse.Namespace) -> list[dict[str, Any]]:
+    found = []
+    if "transitions" in args.scenario:
+        found.append(await transitions(target, args.instances, args.states))
+        print(json.dumps(found[-1]), flush=True)
+    if "waiting" in args.scenario:
+        found.append(await waiting(target, args.waiting, args.poll, args.window))
+        print(json.dumps(found[-1]), flush=True)
+    if "children" in args.scenario:
+        found.append(await children(target, args.children))
+        print(json.dumps(found[-1]), flush=True)
+    return found
+
+
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for backend in args.backend:
         target = Target(backend, args.dsn)
         try:
-            results.append(await transitions(target, args.instances, args.states))
-            print(json.dumps(results[-1]), flush=True)
-            results.append(await waiting(target, args.waiting, args.poll, args.window))
-            print(json.dumps(results[-1]), flush=True)
+            results += await _scenarios(target, args)
         finally:
             await target.drop()
     return results
@@ -239,9 +329,12 @@ if __name__ == "__main__":
     parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--poll", type=float, default=5.0)
     parser.add_argument("--window", type=float, default=10.0)
+    parser.add_argument("--children", type=int, default=10_000)
+    parser.add_argument("--scenario", action="append", choices=["transitions", "waiting", "children"])
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     args.backend = args.backend or ["postgres", "sqlite"]
+    args.scenario = args.scenario or ["transitions", "waiting", "children"]
     found = anyio.run(main, args)
     if args.json_path:
         with open(args.json_path, "w") as f:

@@ -46,6 +46,7 @@ __all__ = [
     "TickReport",
     "WorkerRow",
     "WorkflowApprovalRow",
+    "WorkflowChildRow",
     "WorkflowDefinitionRow",
     "WorkflowEffectRow",
     "WorkflowHistoryRow",
@@ -426,6 +427,30 @@ class WorkflowInstance(msgspec.Struct, frozen=True):
     has_signals: bool = False
     kept: bool = False
     """A start with ``once=True`` named this key: retention keeps its row while it is completed."""
+    children_ended: int = 0
+    """How many child runs of the current run have ended."""
+    children_wait: int | None = None
+    """The ``children_ended`` count a run waiting on its children wakes at (None: it waits on none)."""
+    has_children: bool = False
+
+
+class WorkflowChildRow(msgspec.Struct, frozen=True):
+    """One child run of a parent run: what it is and, once it ended, how it ended."""
+
+    machine: str
+    key: str
+    run_id: int
+    started: bool
+    """False when the parent found the key's run live (or completed, with ``once``) and waits on it."""
+    status: str | None
+    """``completed``, ``failed`` or ``cancelled`` once the child ended; None while it is live."""
+    state: str | None
+    """The state the child ended in (None while it is live)."""
+    checkpoint: bytes | None
+    """The child's final checkpoint, encoded (None while it is live)."""
+    error_code: str | None
+    error: str | None
+    ended_at: datetime | None
 
 
 class WorkflowDefinitionRow(msgspec.Struct, frozen=True):

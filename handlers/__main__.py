@@ -6,7 +6,9 @@ job, not a worker), then prints the status table and the dead-letter queue. Then
 retraining state machine for three customers against a pretend GPU service:
 one trains normally, one's job fails until the visit cap ends the run, and
 one's job succeeds while the model download crashes, so its next run resumes
-without retraining. It prints each history and the machine's diagram.
+without retraining. It prints each history and the machine's diagram. Last,
+an album import fans out one child machine per photo and fans in when all
+have ended, one corrupt photo among them.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import anyio
 
 from eventbus import Bus, Envelope, Worker
 from eventbus.workflows import diagram
-from schemas import OrderPlaced, Retrain
+from schemas import Album, OrderPlaced, Retrain
 
 from . import invoices
 from .app import bus
+from .gallery import album
 from .gpu import gpu
 from .retrain import machine
 
@@ -27,7 +30,9 @@ UNSERVED = ("wf.retrain", invoices.SUBSCRIPTION)
 """Not drained by workers here: the machine's steps (run below), the pulled invoices (claimed below)."""
 
 
-async def settled(bus: Bus, machines: bool) -> bool:
+async def settled(bus: Bus, machines: bool | str) -> bool:
+    if machines == "album":
+        return (await bus.workflows.instance(album, "holiday")).status in ("completed", "failed")
     if machines:  # every run ended (a yielded poll is a delayed step, not runnable yet)
         statuses = [(await bus.workflows.instance(machine, c)).status for c in CUSTOMERS]
         return all(s in ("completed", "failed") for s in statuses)
@@ -37,7 +42,7 @@ async def settled(bus: Bus, machines: bool) -> bool:
     )
 
 
-async def drain(bus: Bus, *, machines: bool = False) -> None:
+async def drain(bus: Bus, *, machines: bool | str = False) -> None:
     """Run burst workers until the flow has settled."""
     with anyio.fail_after(60):
         while True:
@@ -104,11 +109,25 @@ async def retraining() -> None:
     print("inspect with: eventbus workflow --app handlers.app:bus show retrain globex")
 
 
+async def albums() -> None:
+    print("\n-- child machines: an album import fans out one thumbnail run per photo --")
+    photos = ["beach.jpg", "dunes.jpg", "sunset.corrupt", "harbour.jpg"]
+    await bus.workflows.start(album, Album(album="holiday", photos=photos))
+    await drain(bus, machines="album")
+    done = await bus.workflows.instance(album, "holiday")
+    print(f"holiday: {done.state} ({done.status}), thumbnails {done.checkpoint.thumbnails}")
+    print(f"  broken photos (failed child runs, outcomes of the album): {done.checkpoint.broken}")
+    visits = done.visits.get("IMPORT", 0)
+    print(f"  IMPORT visited {visits} times: once to fan out, once when the last child ended")
+    print("\n" + diagram(album, "mermaid"))
+
+
 async def main() -> None:
     await bus.migrate()  # the schema is created or brought up to date explicitly
     async with bus:
         await orders()
         await retraining()
+        await albums()
 
 
 if __name__ == "__main__":

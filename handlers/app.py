@@ -9,13 +9,15 @@ from datetime import timedelta
 
 from eventbus import Bus
 
-from . import invoices, orders, payments, retrain, shipping
+from . import gallery, invoices, orders, payments, retrain, shipping
 
 bus = Bus()
 bus.include(orders.router)
 bus.include(payments.router)
 bus.include(shipping.router)
 bus.include(retrain.machine)
+bus.include(gallery.thumbnail)
+bus.include(gallery.album)
 invoices.declare(bus)  # claimed by a batch job or a script, not by workers
 bus.schedule(  # every night, one retraining run per customer, each at its own time in 02:00-06:00
     "retrain-all",

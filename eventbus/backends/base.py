@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Literal, Protocol
 
 from .ports import (
+    ALL_CHILDREN,
     ClaimedDelivery,
     Completion,
     DeliveryStore,
@@ -52,6 +53,7 @@ from .ports import (
 )
 
 __all__ = [
+    "ALL_CHILDREN",
     "Backend",
     "ClaimedDelivery",
     "Completion",

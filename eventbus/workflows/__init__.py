@@ -27,7 +27,7 @@ holds no worker and no connection::
 
 from __future__ import annotations
 
-from ._context import StepContext
+from ._context import Child, StepContext
 from ._diagram import diagram
 from ._drift import DefinitionReport, LiveInstances, StateChange, TableChange
 from ._machine import (
@@ -52,6 +52,7 @@ __all__ = [
     "MAX_RETRIES",
     "UNCERTAIN",
     "Approval",
+    "Child",
     "DefinitionReport",
     "Fail",
     "Goto",

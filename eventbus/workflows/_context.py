@@ -2,17 +2,76 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
 
 import msgspec
 import orjson
 
-from ..backends.base import WorkflowEffect
-from ..errors import ConfigurationError
-from ..types import WorkflowApprovalRow, WorkflowInstance, WorkflowSignalRow
+from ..backends.base import WorkflowEffect, WorkflowStart
+from ..errors import ConfigurationError, DecodeError
+from ..types import WorkflowApprovalRow, WorkflowChildRow, WorkflowInstance, WorkflowSignalRow
 
-__all__ = ["StepContext"]
+__all__ = ["Child", "Family", "StepContext", "child_of"]
+
+
+class Family(Protocol):
+    """What a visit needs to start child runs and read them back (the bus's workflows)."""
+
+    @property
+    def machines(self) -> Mapping[str, Any]: ...
+
+    def prepare(self, machine: Any, checkpoint: Any, *, once: bool = False) -> WorkflowStart: ...
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child run of this run, as ``ctx.children`` gives it: what it is and how it ended.
+
+    ``status`` is None while the child is live, then ``completed``, ``failed``
+    or ``cancelled``; ``state`` the state it ended in, ``checkpoint`` its
+    final checkpoint (decoded as the child machine's type when that machine is
+    included in the bus, else the raw JSON bytes), ``error_code``/``error``
+    its last error. A child that failed is an outcome here, not an error of the parent.
+    """
+
+    machine: str
+    key: str
+    run_id: int
+    status: str | None
+    state: str | None
+    checkpoint: Any
+    error_code: str | None
+    error: str | None
+    ended_at: datetime | None
+    started: bool
+    """False when the parent found the key's run already live (or completed) and waited on it."""
+
+    @property
+    def ended(self) -> bool:
+        return self.status is not None
+
+    @property
+    def ok(self) -> bool:
+        """The child completed."""
+        return self.status == "completed"
+
+
+def child_of(row: WorkflowChildRow, machines: Mapping[str, Any]) -> Child:
+    """A stored child link as a :class:`Child`, its checkpoint decoded when its machine is in ``machines``."""
+    checkpoint: Any = row.checkpoint
+    m = machines.get(row.machine)
+    if m is not None and row.checkpoint is not None:
+        try:
+            checkpoint = m.decode(row.checkpoint)
+        except DecodeError:  # the child's type changed since it ended: its raw JSON
+            checkpoint = row.checkpoint
+    return Child(
+        row.machine, row.key, row.run_id, row.status, row.state, checkpoint, row.error_code, row.error,
+        row.ended_at, row.started,
+    )  # fmt: skip
 
 
 class StepContext:
@@ -24,8 +83,9 @@ class StepContext:
     """
 
     __slots__ = (
-        "_compensations", "_connection", "_signals", "approval", "attempt", "consumed", "effects", "key",
-        "machine", "op_key", "run_id", "state", "version", "visit",
+        "_children", "_compensations", "_connection", "_family", "_may_start", "_signals", "approval",
+        "attempt", "consumed", "effects", "key", "machine", "op_key", "run_id", "starts", "state",
+        "version", "visit",
     )  # fmt: skip
 
     machine: str
@@ -51,6 +111,8 @@ class StepContext:
     """Ids of the signals read by this visit, consumed with its transition."""
     effects: list[WorkflowEffect]
     """The effects recorded by this visit, committed with its transition."""
+    starts: list[WorkflowStart]
+    """The child runs this visit started (``start``), committed with its transition."""
 
     def __init__(
         self,
@@ -62,8 +124,15 @@ class StepContext:
         attempt: int = 1,
         approval: WorkflowApprovalRow | None = None,
         connection: Any = None,
+        family: Family | None = None,
+        children: tuple[WorkflowChildRow, ...] = (),
+        may_start: tuple[str, ...] = (),
     ) -> None:
         self._connection = connection
+        self._family = family
+        self._children = children
+        self._may_start = may_start
+        self.starts: list[WorkflowStart] = []
         self.machine = instance.machine
         self.key = instance.key
         self.run_id = instance.run_id
@@ -126,3 +195,33 @@ class StepContext:
                 compensation=name,
             )
         )
+
+    def start(self, machine: Any, checkpoint: Any, *, once: bool = False) -> None:
+        """Start a child run of ``machine`` (included in the bus; one of the state's ``children``),
+        committed with this visit's transition.
+
+        Nothing starts if the visit raises, runs past its timeout or returns
+        something invalid; a visit run again after a crash starts nothing
+        twice. As
+        ``bus.workflows.start``: a live run of the key is left alone (and, with
+        ``once``, a completed one); this run then waits on that run instead.
+        The child's end is an outcome this run reads in :attr:`children`.
+
+        :raises UnknownMachine: the machine is not included in the bus.
+        :raises ConfigurationError: the machine is not in the state's
+            ``children=``, or the checkpoint is not its type or has a bad key.
+        """
+        if self._family is None:
+            raise ConfigurationError("this context cannot start runs: it belongs to no bus")
+        name = machine if isinstance(machine, str) else getattr(machine, "name", machine)
+        if name not in self._may_start:
+            raise ConfigurationError(
+                f"state {self.state!r} of {self.machine!r} starts {name!r}: declare it in children="
+            )
+        self.starts.append(self._family.prepare(machine, checkpoint, once=once))
+
+    @property
+    def children(self) -> list[Child]:
+        """The child runs of this run, in the order they were started (those of this visit excluded)."""
+        machines = self._family.machines if self._family is not None else {}
+        return [child_of(row, machines) for row in self._children]

@@ -20,13 +20,15 @@ from typing import Any
 import msgspec
 
 from ..backends.base import (
+    ALL_CHILDREN,
     WorkflowApprovalRequest,
     WorkflowEffect,
     WorkflowFacts,
     WorkflowHistoryEntry,
+    WorkflowStart,
     WorkflowTransition,
 )
-from ..errors import ConfigurationError, DecodeError, GuardMismatch, UndeclaredState
+from ..errors import ConfigurationError, DecodeError, GuardMismatch, InvalidOutcome, UndeclaredState
 from ..types import WorkflowApprovalRow, WorkflowEffectRow, WorkflowInstance
 from ._machine import COMPENSATING, FAILED, MAX_RETRIES, UNCERTAIN, Machine, State
 from ._outcomes import Fail, Goto, Uncertain, Yield, seconds
@@ -106,6 +108,8 @@ class Writes:
     approval_request: WorkflowApprovalRequest | None = None
     wake_on: tuple[str, ...] = ()
     attempts: int = 0
+    starts: tuple[WorkflowStart, ...] = ()
+    children_wait: int | None = None
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,8 @@ class Ran:
     """Epoch seconds when it started; None when it failed before it ran (the commit time is recorded)."""
     consumed: tuple[int, ...] = ()
     effects: tuple[WorkflowEffect, ...] = ()
+    starts: tuple[WorkflowStart, ...] = ()
+    """Child runs the state started; dropped when it raised, timed out or returned something invalid."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,7 @@ def _write(
         next_run_in=move.next_run_in, wake_on=w.wake_on, history=entry,
         consume_signals=w.consume_signals, effects=w.effects, effect_status=w.effect_status,
         approval_request=w.approval_request, approval_updates=w.approvals, lease=by.lease,
+        starts=w.starts, children_wait=w.children_wait,
     )  # fmt: skip
 
 
@@ -454,7 +461,29 @@ def _target(state: State, result: object) -> tuple[str, str, Error | None]:
     return state.on_failure, "error", ("bad-return", error)
 
 
+def _children_wait(facts: WorkflowFacts, ran: Ran) -> int | InvalidOutcome | None:
+    """The ``children_ended`` count a ``Yield(children=...)`` wakes at, or why it cannot wait."""
+    if not isinstance(ran.result, Yield) or ran.result.children is None:
+        return None
+    wanted, inst = ran.result.children, facts.instance
+    new = {(s.machine, s.key) for s in ran.starts}
+    total = len(facts.children) + len(new)
+    live = sum(1 for c in facts.children if c.status is None) + len(new)
+    if wanted == "all":
+        if total == 0:
+            return InvalidOutcome("Yield(children='all') in a run that started no children")
+        return ALL_CHILDREN
+    count = 1 if wanted == "any" else int(wanted)
+    if count > live:
+        return InvalidOutcome(f"Yield(children={wanted!r}) waits on {count} children but {live} are live")
+    return inst.children_ended + count
+
+
 def _decide_run(m: Machine[Any], facts: WorkflowFacts, ran: Ran, by: Writer) -> WorkflowTransition:
+    wait = _children_wait(facts, ran)
+    if isinstance(wait, InvalidOutcome):  # a bad wait is the state's error: its failure edge
+        ran = replace(ran, result=wait, starts=())
+        wait = None
     inst, state, visit = facts.instance, ran.run.state, ran.run.visit
     target, kind, error = _target(state, ran.result)
     entry = _entry(inst, kind, by, state=state.name, visit=visit, started=ran.started, error=error)
@@ -466,19 +495,22 @@ def _decide_run(m: Machine[Any], facts: WorkflowFacts, ran: Ran, by: Writer) -> 
         consume_signals=ran.consumed,
         effects=ran.effects,
         approvals=((approval.id, "approved", "approved"),) if approval is not None else (),
+        starts=() if kind in ("error", "timeout") else ran.starts,  # a visit in error starts nothing
     )
     if kind == "yield" or (target == state.name and not state.continue_run):
         # A yield, or a failure edge back into a yield point: wait a poll, holding nothing.
         poll = _poll(state, ran.result)
         move = Move(state.name, "waiting", "tick" if poll is not None else None, poll or 0.0, poll)
         entry = msgspec.structs.replace(entry, yielded=kind == "yield")
-        return _write(inst, move, entry, by, replace(w, wake_on=state.wake_on))
+        return _write(inst, move, entry, by, replace(w, wake_on=state.wake_on, children_wait=wait))
     return _transition(m, facts, target, entry, by, w)
 
 
 def _poll(state: State, result: object) -> float | None:
     if isinstance(result, Yield) and result.poll is not None:
         return seconds(result.poll)
+    if isinstance(result, Yield) and result.children is not None:
+        return None  # the children's end wakes it; a poll here only when the Yield asks for one
     return state.poll
 
 

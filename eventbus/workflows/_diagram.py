@@ -1,7 +1,8 @@
 """Diagrams drawn from the registered state table (Mermaid or Graphviz dot).
 
 The diagram is the table: yield points, visit caps, ages, approval and
-signal edges, and the built-in terminals a cap or an approval can reach.
+signal edges, the built-in terminals a cap or an approval can reach, and
+child edges to the machines a state starts (drawn as nodes of their own).
 With live counts, each state shows how many instances are in it, by status.
 """
 
@@ -38,6 +39,8 @@ def _notes(state: State) -> list[str]:
         notes.append("wakes on " + ", ".join(state.wake_on))
     if state.approval is not None:
         notes.append(f"approval, timeout {_duration(seconds(state.approval.timeout) or 0.0)}")
+    if state.children:
+        notes.append("children " + ", ".join(state.children))
     return notes
 
 
@@ -56,6 +59,15 @@ def _edges(m: Machine[Any]) -> list[tuple[str, str, str]]:
         if state.capped:
             edges.append((state.name, MAX_RETRIES, "cap"))
     return edges
+
+
+def _child_edges(m: Machine[Any]) -> list[tuple[str, str]]:
+    """(state, child machine) for each machine a state starts, in declaration order."""
+    return [(state.name, child) for state in m.states.values() for child in state.children]
+
+
+def _child_node(child: str) -> str:
+    return "child_" + child.replace("-", "_")
 
 
 def _terminals(m: Machine[Any], edges: list[tuple[str, str, str]]) -> list[str]:
@@ -86,6 +98,11 @@ def _mermaid(m: Machine[Any], counts: Counts | None) -> str:
         if live:
             lines.append(f"    {terminal} : {live}")
         lines.append(f"    {terminal} --> [*]")
+    children = _child_edges(m)
+    for child in dict.fromkeys(c for _, c in children):
+        lines.append(f'    state "machine {child}" as {_child_node(child)}')
+    for source, child in children:
+        lines.append(f"    {source} --> {_child_node(child)} : starts, waits")
     return "\n".join(lines) + "\n"
 
 
@@ -103,5 +120,10 @@ def _dot(m: Machine[Any], counts: Counts | None) -> str:
     for source, target, label in edges:
         style = ", style=dashed" if label in ("cap", "timeout", "denied", "goto") else ""
         lines.append(f'    {source} -> {target} [label="{label}"{style}];')
+    children = _child_edges(m)
+    for child in dict.fromkeys(c for _, c in children):
+        lines.append(f'    {_child_node(child)} [shape=component, label="machine {child}"];')
+    for source, child in children:
+        lines.append(f'    {source} -> {_child_node(child)} [label="starts, waits", style=dotted];')
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ from ..context import Context
 from ..errors import CheckpointTooLarge, ConfigurationError, InvalidCheckpoint
 from ..router import TRANSACTIONAL_TIMEOUT_SECONDS
 from ._commits import CommitQueue, LoadQueue
-from ._context import StepContext
+from ._context import Family, StepContext
 from ._decide import (
     ACTIVE,
     Compensated,
@@ -50,10 +51,19 @@ log = logging.getLogger("eventbus.workflows")
 class Engine:
     """Runs the visits of one machine: reads through ``store``, commits through ``commits``."""
 
-    def __init__(self, machine: Machine[Any], store: WorkflowStore, commits: CommitQueue) -> None:
+    def __init__(
+        self,
+        machine: Machine[Any],
+        store: WorkflowStore,
+        commits: CommitQueue,
+        family: Family | None = None,
+        register: Callable[[Sequence[str]], Awaitable[None]] | None = None,
+    ) -> None:
         self.m = machine
         self.store = store
         self.commits = commits
+        self.family = family
+        self._register = register
         self.actor = f"worker:{socket.gethostname()}:{os.getpid()}"
         self.loads = LoadQueue(store, machine.name)
         self._swept_at = -float("inf")
@@ -68,7 +78,9 @@ class Engine:
         if inst.version != step.version or inst.status not in ACTIVE:
             return
         by = self._writer(ctx)
-        match plan(self.m, facts, by):
+        planned = plan(self.m, facts, by)
+        await self._register_children(planned)
+        match planned:
             case RunState() as run if run.state.transactional:
                 t, version = await self._visit_in_transaction(facts, run, ctx, by)
             case planned:
@@ -80,7 +92,23 @@ class Engine:
     async def visit(self, facts: WorkflowFacts, ctx: Context | None) -> WorkflowTransition | None:
         """Plan, run what the plan says, decide: the transition to commit, or None."""
         by = self._writer(ctx)
-        return await self._visit_planned(facts, plan(self.m, facts, by), ctx, by)
+        planned = plan(self.m, facts, by)
+        await self._register_children(planned)
+        return await self._visit_planned(facts, planned, ctx, by)
+
+    async def _register_children(self, planned: Plan) -> None:
+        """Record the step subscriptions of the child machines a state may start, before it runs.
+
+        So a child's first step fans out to its subscription; done before a
+        transactional state opens its transaction (on SQLite the registration
+        would wait for the write lock that transaction holds). Once per process.
+        """
+        if not isinstance(planned, RunState) or not planned.state.children or self._register is None:
+            return
+        known = self.family.machines if self.family is not None else {}
+        names = [name for name in planned.state.children if name in known]
+        if names:
+            await self._register(names)
 
     async def _visit_in_transaction(
         self, facts: WorkflowFacts, run: RunState, ctx: Context | None, by: Writer
@@ -132,7 +160,7 @@ class Engine:
         attempt = ctx.attempt if ctx is not None else 1
         sctx = StepContext(
             facts.instance, run.state.name, run.visit, list(facts.signals), self.m.compensations,
-            attempt, run.approval, connection,
+            attempt, run.approval, connection, self.family, facts.children, run.state.children,
         )  # fmt: skip
         started = time.time()
         result: object
@@ -150,7 +178,7 @@ class Engine:
             result, data = Fail("checkpoint-invalid", str(exc)), None
         except Exception as exc:  # the state machine is the error boundary
             result, data = exc, None
-        return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects))
+        return Ran(run, result, data, started, tuple(sctx.consumed), tuple(sctx.effects), tuple(sctx.starts))
 
     @staticmethod
     async def _call(run: RunState, sctx: StepContext) -> object:

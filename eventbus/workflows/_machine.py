@@ -127,6 +127,8 @@ class State:
     """Seconds one visit's function may run before it is cancelled (its failure edge, outcome ``timeout``)."""
     transactional: bool = False
     """The state writes through ``ctx.connection``, in the transaction its transition commits in."""
+    children: tuple[str, ...] = ()
+    """The machines whose runs this state starts (``ctx.start``) or waits on (``Yield(children=...)``)."""
 
     def edges(self) -> dict[str, str]:
         """Every target this state can move to, with the label(s) of its edge."""
@@ -143,6 +145,17 @@ class State:
     @property
     def capped(self) -> bool:
         return self.max_visits is not None or self.max_age is not None
+
+    def shape(self) -> dict[str, Any]:
+        """The state's row in :meth:`Machine.definition` (its child machines only when it has some)."""
+        out: dict[str, Any] = {
+            "edges": self.edges(),
+            "initial": self.initial,
+            "continue_run": self.continue_run,
+        }
+        if self.children:
+            out["children"] = list(self.children)
+        return out
 
 
 @dataclass
@@ -218,6 +231,7 @@ class Machine(Generic[C]):
         name: str | None = None,
         timeout_seconds: float | None = None,
         transactional: bool = False,
+        children: str | Machine[Any] | tuple[str | Machine[Any], ...] = (),
     ) -> Callable[[F], F]:
         """Declare the decorated ``async def STATE(checkpoint, ctx)`` as a state (named after it).
 
@@ -234,10 +248,16 @@ class Machine(Generic[C]):
         transition or not at all, and a state that raises (or runs past its
         ``timeout_seconds``, by default
         :data:`~eventbus.router.TRANSACTIONAL_TIMEOUT_SECONDS`) rolls them back.
+
+        ``children`` names the machines (or their names) whose runs the state
+        starts with ``ctx.start`` and waits on with ``Yield(children=...)``:
+        the diagram draws them as child edges, and ``ctx.start`` of another
+        machine is refused. A yielding state with children needs no ``poll``.
         """
         if max_visits is not None and max_visits < 1:
             raise DefinitionError("max_visits must be at least 1")
         timeout = _timeout(timeout_seconds, self.lease_seconds, name or "this state")
+        kids = _children(children)
 
         def decorate(fn: F) -> F:
             state_name = name or fn.__name__
@@ -257,6 +277,7 @@ class Machine(Generic[C]):
                 initial=initial,
                 timeout=timeout,
                 transactional=transactional,
+                children=kids,
             )
             return fn
 
@@ -303,10 +324,7 @@ class Machine(Generic[C]):
         declared rename is how a changed shape is made safe, not a change.
         """
         return {
-            "states": {
-                name: {"edges": s.edges(), "initial": s.initial, "continue_run": s.continue_run}
-                for name, s in self.states.items()
-            },
+            "states": {name: s.shape() for name, s in self.states.items()},
             "terminals": dict(self.terminals),
         }
 
@@ -355,9 +373,9 @@ class Machine(Generic[C]):
         initial = self.initial
         for state in self.states.values():
             _timeout(state.timeout, self.lease_seconds, state.name)
-            if not state.continue_run and state.poll is None and not state.wake_on:
+            if not state.continue_run and state.poll is None and not state.wake_on and not state.children:
                 raise DefinitionError(
-                    f"state {state.name} yields (continue_run=False) but has no poll or wake_on"
+                    f"state {state.name} yields (continue_run=False) but has no poll, wake_on or children"
                 )
             for target in state.edges():
                 if target not in self.states and target not in self.terminals:
@@ -445,6 +463,18 @@ def _timeout(value: object, lease_seconds: float, state: str) -> float | None:
             f"raise Machine(lease_seconds=...) to at least {2 * out:g}"
         )
     return out
+
+
+def _children(value: object) -> tuple[str, ...]:
+    """The names of a state's child machines: a machine, a name, or a tuple of them."""
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    names = []
+    for item in items:
+        name = item.name if isinstance(item, Machine) else item
+        if not isinstance(name, str) or not _MACHINE_RE.match(name):
+            raise DefinitionError(f"children are machines or machine names, not {item!r}")
+        names.append(name)
+    return tuple(dict.fromkeys(names))
 
 
 def _internal_class(base: type[E], event_type: str) -> type[E]:

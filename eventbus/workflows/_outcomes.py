@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from ..errors import ConfigurationError, EventBusError, InvalidOutcome
 
@@ -47,12 +48,27 @@ class Yield:
     The visit commits and frees its worker; nothing is held while waiting. A
     signal named in the state's ``wake_on`` ends the wait early. ``poll`` is
     a duration up to 100 years (:class:`~eventbus.errors.InvalidOutcome` otherwise).
+
+    ``children`` waits on the run's child machines (started with
+    ``ctx.start``) instead of a poll: ``"all"`` until every child of the run
+    has ended, ``"any"`` until one more has ended than had when this visit
+    read them, or a number ``n`` until ``n`` more have. The state is visited
+    again then, once, with the children's outcomes in ``ctx.children``
+    (``poll``, when given here, bounds the wait). Waiting on more children
+    than are live, or on none, is an :class:`~eventbus.errors.InvalidOutcome`
+    and takes the failure edge.
     """
 
     poll: timedelta | float | None = None
+    children: Literal["all", "any"] | int | None = None
 
     def __post_init__(self) -> None:
         seconds(self.poll, InvalidOutcome)
+        c = self.children
+        if c is None or c in ("all", "any"):
+            return
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise InvalidOutcome(f'Yield children is "all", "any" or a count of at least 1, not {c!r}')
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from ..types import (
 )
 from . import _decide
 from ._commits import CommitQueue
+from ._context import Child, child_of
 from ._decide import Writer
 from ._drift import DefinitionReport, report
 from ._engine import Engine
@@ -159,7 +160,7 @@ class Workflows:
         m.check()
         if m.name in self.machines:
             raise DuplicateSubscription(f"a machine named {m.name!r} is already included")
-        engine = Engine(m, self.store, self.commits)
+        engine = Engine(m, self.store, self.commits, self, self.ensure_registered)
         self._router.add(
             Subscription(
                 name=f"wf.{m.name}",
@@ -282,6 +283,12 @@ class Workflows:
     async def history(self, machine: MachineRef, key: str) -> list[WorkflowHistoryRow]:
         """One row per visit or operator action, in order."""
         return await self.store.history(self.machine(machine).name, key)
+
+    async def children(self, machine: MachineRef, key: str) -> list[Child]:
+        """The child runs of the instance's current run, in start order, each with how it ended
+        (``status`` None while live), as a state reads them in ``ctx.children``."""
+        m = self.machine(machine)
+        return [child_of(row, self.machines) for row in (await self._facts(m, key)).children]
 
     async def signals(
         self, machine: MachineRef, key: str, *, open_only: bool = False

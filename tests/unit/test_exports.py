@@ -43,8 +43,9 @@ TYPES = [
     "EventTypeRow", "EventView", "HorizonHolder", "MissedPolicy", "OccurrenceInfo", "OccurrenceStatus",
     "OverlapPolicy", "PublishResult", "ScheduleInfo", "StartFrom", "StatusDetails", "StatusReport",
     "StatusRow", "SubscriptionInfo", "SubscriptionState", "SubscriptionStatus", "TableHealth",
-    "TickReport", "WorkerRow", "WorkflowApprovalRow", "WorkflowDefinitionRow", "WorkflowEffectRow",
-    "WorkflowHistoryRow", "WorkflowInstance", "WorkflowSignalRow", "WorkflowStatus", "trace_id_of",
+    "TickReport", "WorkerRow", "WorkflowApprovalRow", "WorkflowChildRow", "WorkflowDefinitionRow",
+    "WorkflowEffectRow", "WorkflowHistoryRow", "WorkflowInstance", "WorkflowSignalRow", "WorkflowStatus",
+    "trace_id_of",
 ]  # fmt: skip
 """What the bus returns and takes: report rows, filters, ids, policies."""
 

@@ -35,7 +35,9 @@ from .retention import OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatc
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
+    ALL_CHILDREN,
     EFFECT_JSON,
+    ENDED_STATUSES,
     SignalResult,
     StateTransaction,
     WorkflowApprovalRequest,
@@ -49,7 +51,9 @@ from .workflows import (
 )
 
 __all__ = [
+    "ALL_CHILDREN",
     "EFFECT_JSON",
+    "ENDED_STATUSES",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

@@ -12,16 +12,19 @@ import orjson
 
 from ...types import (
     WorkflowApprovalRow,
+    WorkflowChildRow,
     WorkflowDefinitionRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
     WorkflowInstance,
     WorkflowSignalRow,
 )
-from .delivery import OutgoingEvent
+from .delivery import OutgoingEvent, WorkflowStart
 
 __all__ = [
+    "ALL_CHILDREN",
     "EFFECT_JSON",
+    "ENDED_STATUSES",
     "SignalResult",
     "StateTransaction",
     "WorkflowApprovalRequest",
@@ -34,6 +37,12 @@ __all__ = [
     "workflow_step",
 ]
 
+
+ALL_CHILDREN = -1
+"""``WorkflowTransition.children_wait`` for "every child of the run", counted when the transition commits."""
+
+ENDED_STATUSES = ("completed", "failed", "cancelled")
+"""Statuses of a run that ended: a child in one of them is an outcome its parents read."""
 
 EFFECT_JSON = ("ref",)
 """The JSON columns of an effect row: its ``ref`` is read back decoded."""
@@ -116,12 +125,14 @@ class WorkflowFacts(msgspec.Struct, frozen=True):
     ``approvals``: the current run's approvals not yet used by a transition
     (``consumed_version`` is None, whatever their status), oldest first.
     ``effects``: every effect recorded in the current run, in the order recorded.
+    ``children``: the child runs of the current run, in the order they were started.
     """
 
     instance: WorkflowInstance
     signals: tuple[WorkflowSignalRow, ...] = ()
     approvals: tuple[WorkflowApprovalRow, ...] = ()
     effects: tuple[WorkflowEffectRow, ...] = ()
+    children: tuple[WorkflowChildRow, ...] = ()
 
 
 class WorkflowTransition(msgspec.Struct, frozen=True):
@@ -134,6 +145,15 @@ class WorkflowTransition(msgspec.Struct, frozen=True):
     ``wake_on`` exists at commit, the step is due at once, and one is published
     even when ``step`` is None (a signal that arrived during the visit, which
     saw the instance running and so woke nothing).
+
+    ``starts`` are child runs started with the transition, each linked to this
+    run (a live run of the key, left alone, is linked instead). With
+    ``children_wait`` the instance waits on its children: it wakes when
+    ``children_ended`` reaches that count (:data:`ALL_CHILDREN`: all the run's
+    children), at once if it already has. A transition into a terminal status
+    ends the run as a child (its parents' counts move on, and the one that
+    crosses a parent's wait wakes it); into ``cancelled``, it cancels the live
+    children the run started, and theirs.
     """
 
     machine: str
@@ -163,6 +183,8 @@ class WorkflowTransition(msgspec.Struct, frozen=True):
     approval_updates: tuple[tuple[int, str, str], ...] = ()
     """(approval id, expected status, new status), each guarded by the expected status."""
     lease: tuple[int, str] | None = None
+    starts: tuple[WorkflowStart, ...] = ()
+    children_wait: int | None = None
 
 
 class StateTransaction(Protocol):

@@ -13,6 +13,7 @@ import orjson
 
 from ...types import (
     WorkflowApprovalRow,
+    WorkflowChildRow,
     WorkflowDefinitionRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
@@ -22,6 +23,7 @@ from ...types import (
 from .._rows import row_as, rows_as
 from ..ports import (
     EFFECT_JSON,
+    ENDED_STATUSES,
     OutgoingEvent,
     SignalResult,
     StateTransaction,
@@ -66,7 +68,19 @@ def _plain(t: WorkflowTransition) -> bool:
         or t.effect_status
         or t.approval_updates
         or t.approval_request
+        or t.starts
+        or t.children_wait is not None
+        or t.status == "cancelled"
     )
+
+
+def _moved_ends(
+    ts: Sequence[WorkflowTransition], indexes: Sequence[int], out: Sequence[int | None]
+) -> list[tuple[str, str]]:
+    """The instances of a batch that moved into an ended status: child runs whose parents count them."""
+    return [
+        (ts[i].machine, ts[i].key) for i in indexes if out[i] is not None and ts[i].status in ENDED_STATUSES
+    ]
 
 
 def _batch_row(t: WorkflowTransition) -> list[Any]:
@@ -84,6 +98,29 @@ async def _parts(
     for row in await conn.fetch(sql, machine, [r["key"] for r in wanted], [r["run_id"] for r in wanted]):
         found.setdefault(row["key"], []).append(row_as(cls, row, json=json))
     return {key: tuple(parts) for key, parts in found.items()}
+
+
+async def _children(
+    conn: Any, sql: str, machine: str, rows: list[Any]
+) -> dict[str, tuple[WorkflowChildRow, ...]]:
+    """The child runs of the runs in ``rows`` that have some, by parent key in start order."""
+    wanted = [r for r in rows if r["has_children"]]
+    if not wanted:
+        return {}
+    found: dict[str, list[WorkflowChildRow]] = {}
+    for row in await conn.fetch(sql, machine, [r["key"] for r in wanted], [r["run_id"] for r in wanted]):
+        found.setdefault(row["parent"], []).append(row_as(WorkflowChildRow, row))
+    return {key: tuple(parts) for key, parts in found.items()}
+
+
+async def end_children(db: PgDb, conn: Any, ended: Sequence[tuple[str, str]]) -> None:
+    """Record the ends of the child runs among ``ended`` (machine, key) and wake the parents they complete."""
+    if not ended:
+        return
+    rows = await conn.fetch(db.q["wf_children_end"], [m for m, _ in ended], [k for _, k in ended])
+    steps = [workflow_step(r["machine"], r["key"], r["version"], "children") for r in rows]
+    if steps:
+        await publish_steps(db, conn, steps)
 
 
 async def publish_steps(db: PgDb, conn: Any, steps: list[OutgoingEvent]) -> None:
@@ -154,12 +191,14 @@ class PgWorkflows:
             effects = await _parts(
                 conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow, EFFECT_JSON
             )
+            children = await _children(conn, q["wf_facts_children"], machine, rows)
         return {
             r["key"]: WorkflowFacts(
                 instance_of(r),
                 signals.get(r["key"], ()),
                 approvals.get(r["key"], ()),
                 effects.get(r["key"], ()),
+                children.get(r["key"], ()),
             )
             for r in rows
         }
@@ -186,6 +225,7 @@ class PgWorkflows:
                 columns = [list(c) for c in zip(*(_batch_row(ts[i]) for i in plain), strict=True)]
                 for row in await conn.fetch(self.q["wf_move_batch"], *columns, self.db.channel):
                     out[plain[row["ord"] - 1]] = int(row["version"])
+                await end_children(self.db, conn, _moved_ends(ts, plain, out))
             for i, t in enumerate(ts):
                 if not _plain(t):
                     out[i] = await self.commit_on(conn, t)
@@ -196,14 +236,50 @@ class PgWorkflows:
         if version is None:
             return None
         await self._ledger(conn, t, version)
+        woken = await self._family(conn, t)
         step, delay = t.step, t.step_delay
         if t.wake_on and (step is None or delay > 0):
             waiting = self.q["wf_signal_waiting"]
             if await conn.fetchval(waiting, t.machine, t.key, list(t.wake_on), t.run_id):
                 step, delay = step or "wake", 0.0
+        if woken and (step is None or delay > 0):
+            step, delay = step or "children", 0.0
         if step is not None:
             await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, step, delay)])
         return int(version)
+
+    async def _family(self, conn: Any, t: WorkflowTransition) -> bool:
+        """Child runs a transition starts, cancels or ends; whether its own wait on children is due now."""
+        if t.starts:
+            started = await self._start_children(conn, t.starts)
+            keys = [(s.machine, s.key) for s in t.starts]
+            await conn.execute(self.q["wf_child_link"], t.machine, t.key, t.run_id, [m for m, _ in keys],
+                               [k for _, k in keys], [k in started for k in keys])  # fmt: skip
+        ended = [(t.machine, t.key)] if t.status in ENDED_STATUSES else []
+        if t.status == "cancelled":
+            reason = f"{t.machine}/{t.key} was cancelled"
+            rows = await conn.fetch(self.q["wf_cancel_children"], t.machine, t.key, t.run_id,
+                                    f"parent:{t.machine}/{t.key}", reason)  # fmt: skip
+            ended += [(r["machine"], r["key"]) for r in rows]
+        await end_children(self.db, conn, ended)
+        if t.children_wait is None:
+            return False
+        return bool(await conn.fetchval(self.q["wf_children_wait"], t.machine, t.key, t.children_wait))
+
+    async def _start_children(self, conn: Any, starts: Sequence[WorkflowStart]) -> set[tuple[str, str]]:
+        """Start child runs in one statement (each key once, sorted); the (machine, key) of those started."""
+        unique = sorted({(s.machine, s.key): s for s in reversed(starts)}.items())
+        columns = [[s.machine for _, s in unique], [s.key for _, s in unique], [s.state for _, s in unique],
+                   [s.checkpoint for _, s in unique], [s.once for _, s in unique]]  # fmt: skip
+        rows = await conn.fetch(self.q["wf_start_many"], *columns)
+        started = {(r["machine"], r["key"]) for r in rows}
+        for key, s in unique:
+            if s.once and key not in started:
+                await conn.execute(self.q["wf_keep"], s.machine, s.key)
+        steps = [workflow_step(r["machine"], r["key"], r["version"], "start") for r in rows]
+        if steps:
+            await self._publish_steps(conn, steps)
+        return started
 
     async def _ledger(self, conn: Any, t: WorkflowTransition, version: int) -> None:
         """The rows a transition writes beside the pointer: signals, effects, approvals."""

@@ -135,6 +135,7 @@ def prune_workflows(
         conn.execute(q["prune_workflows_signals"], keys)
         conn.execute(q["prune_workflows_effects"], keys)
         conn.execute(q["prune_workflows_approvals"], keys)
+        conn.execute(q["prune_workflows_children"], keys)
         conn.execute(q["prune_workflows_instances"], keys)
     last = None
     if len(batch) == p["limit"]:

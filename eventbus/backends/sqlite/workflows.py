@@ -17,6 +17,7 @@ import orjson
 
 from ...types import (
     WorkflowApprovalRow,
+    WorkflowChildRow,
     WorkflowDefinitionRow,
     WorkflowEffectRow,
     WorkflowHistoryRow,
@@ -26,6 +27,7 @@ from ...types import (
 from .._rows import row_as, rows_as
 from ..ports import (
     EFFECT_JSON,
+    ENDED_STATUSES,
     OutgoingEvent,
     SignalResult,
     StateTransaction,
@@ -166,12 +168,30 @@ def read_facts(conn: sqlite3.Connection, q: Queries, params: dict[str, Any]) -> 
     effects = _parts(
         conn, q["wf_facts_effects"], machine, rows, "has_effects", WorkflowEffectRow, EFFECT_JSON
     )
+    children = _children(conn, q["wf_facts_children"], machine, rows)
     return {
         r["key"]: WorkflowFacts(
-            instance_of(r), signals.get(r["key"], ()), approvals.get(r["key"], ()), effects.get(r["key"], ())
+            instance_of(r),
+            signals.get(r["key"], ()),
+            approvals.get(r["key"], ()),
+            effects.get(r["key"], ()),
+            children.get(r["key"], ()),
         )
         for r in rows
     }
+
+
+def _children(
+    conn: sqlite3.Connection, sql: str, machine: str, rows: list[Row]
+) -> dict[str, tuple[WorkflowChildRow, ...]]:
+    """The child runs of the runs in ``rows`` that have some, by parent key in start order."""
+    wanted = [[r["key"], r["run_id"]] for r in rows if r["has_children"]]
+    if not wanted:
+        return {}
+    found: dict[str, list[WorkflowChildRow]] = {}
+    for row in conn.execute(sql, {"machine": machine, "runs": orjson.dumps(wanted).decode()}).fetchall():
+        found.setdefault(row["parent"], []).append(row_as(WorkflowChildRow, row))
+    return {key: tuple(parts) for key, parts in found.items()}
 
 
 def _parts(
@@ -269,15 +289,81 @@ def commit(
     version, run_id = int(moved[0][0]), int(moved[0][1])
     conn.execute(q["wf_history_insert"], {**params, "version": version, "run_id": run_id})
     _ledger(conn, q, now, t, version)
+    woken, types = _family(conn, q, now, t)
     step, delay = t.step, t.step_delay
     if t.wake_on and (step is None or delay > 0):
         found = {**params, "names": orjson.dumps(list(t.wake_on)).decode(), "run_id": t.run_id}
         if conn.execute(q["wf_signal_waiting"], found).fetchone()[0]:
             step, delay = step or "wake", 0.0
+    if woken and (step is None or delay > 0):
+        step, delay = step or "children", 0.0
     if step is None:
-        return version, set()
-    _, types = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, step, delay)])
-    return version, types
+        return version, types
+    _, more = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, step, delay)])
+    return version, types | more
+
+
+def _family(conn: sqlite3.Connection, q: Queries, now: float, t: WorkflowTransition) -> tuple[bool, set[str]]:
+    """Child runs a transition starts, cancels or ends; whether its own wait on children is due now."""
+    base = {"machine": t.machine, "key": t.key, "run_id": t.run_id, "now": now}
+    types: set[str] = set()
+    for s in t.starts:
+        inst, started = start_on(conn, q, now, s)
+        types |= started
+        link = {**base, "child_machine": s.machine, "child_key": s.key, "started": int(inst is not None)}
+        linked = conn.execute(q["wf_child_link"], link).fetchall()
+        if linked and linked[0][0] is not None:  # linked to a run that had already ended: it counts
+            conn.execute(q["wf_children_count"], {**base, "n": 1}).fetchall()
+    ended = [(t.machine, t.key)] if t.status in ENDED_STATUSES else []
+    if t.status == "cancelled":
+        ended += _cancel_children(conn, q, now, t)
+    types |= end_children(conn, q, now, ended)
+    if t.children_wait is None:
+        return False, types
+    due = conn.execute(q["wf_children_wait"], {**base, "wait": t.children_wait}).fetchone()
+    return bool(due[0]), types
+
+
+def _cancel_children(
+    conn: sqlite3.Connection, q: Queries, now: float, t: WorkflowTransition
+) -> list[tuple[str, str]]:
+    """Cancel the live runs ``t``'s run started, and theirs, each with its history row."""
+    base = {"machine": t.machine, "key": t.key, "run_id": t.run_id, "now": now}
+    cancelled = []
+    for row in conn.execute(q["wf_cancel_tree"], base).fetchall():
+        child = {"machine": row["machine"], "key": row["key"], "run_id": row["run_id"], "now": now}
+        version = conn.execute(q["wf_cancel_child"], child).fetchone()[0]
+        visits = orjson.loads(row["visits"]).get(row["state"], 0)
+        conn.execute(q["wf_history_insert"], {
+            **child, "version": version, "h_state": row["state"], "visit": visits, "outcome": "cancel",
+            "state": "CANCELLED", "yielded": 0, "h_error_code": None, "h_error": None,
+            "actor": f"parent:{t.machine}/{t.key}", "reason": f"{t.machine}/{t.key} was cancelled",
+            "delivery_id": None, "started_at": None,
+        })  # fmt: skip
+        cancelled.append((row["machine"], row["key"]))
+    return cancelled
+
+
+def end_children(
+    conn: sqlite3.Connection, q: Queries, now: float, ended: Sequence[tuple[str, str]]
+) -> set[str]:
+    """Record the ends of the child runs among ``ended`` and wake the parents they complete."""
+    steps = []
+    for machine, key in ended:
+        parents = conn.execute(q["wf_children_end"], {"machine": machine, "key": key, "now": now}).fetchall()
+        for p in parents:
+            parent = {"machine": p[0], "key": p[1], "run_id": p[2], "n": 1}
+            row = conn.execute(q["wf_children_count"], parent).fetchone()
+            if (
+                row is not None
+                and row["status"] == "waiting"
+                and row["children_ended"] == row["children_wait"]
+            ):
+                steps.append(workflow_step(row["machine"], row["key"], row["version"], "children"))
+    if not steps:
+        return set()
+    _, types = publish_steps(conn, q, now, steps)
+    return types
 
 
 def _ledger(conn: sqlite3.Connection, q: Queries, now: float, t: WorkflowTransition, version: int) -> None:

@@ -93,6 +93,9 @@ def test_the_example_runs_end_to_end_on_the_sqlite_default(tmp_path: Path) -> No
     assert "last error: max retries reached: SUBMIT_JOB visited 3 times" in text
     assert "GPU jobs submitted: acme, globex, initech, initech, initech (globex: 1 job for two runs)" in text
     assert (GOLDEN / "retrain.mmd").read_text() in text
+    assert "holiday: DONE (completed), thumbnails {'beach.jpg': '64px'" in text
+    assert "{'sunset.corrupt': 'ValueError: sunset.corrupt is not an image'}" in text
+    assert "IMPORT visited 2 times" in text and "IMPORT --> child_thumbnail : starts, waits" in text
     assert (tmp_path / "eventbus.db").exists()
 
 

@@ -65,7 +65,7 @@ def test_an_unreachable_state_is_refused() -> None:
 
 
 def test_other_table_mistakes_are_typed() -> None:
-    with pytest.raises(DefinitionError, match="no poll or wake_on"):
+    with pytest.raises(DefinitionError, match="no poll, wake_on or children"):
         table(("A", "DONE", "DONE", {"continue_run": False})).check()
     with pytest.raises(DefinitionError, match="exactly one initial"):
         Machine("t", checkpoint=C, key=lambda c: c.key).check()

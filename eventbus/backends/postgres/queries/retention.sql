@@ -119,7 +119,7 @@ SELECT (SELECT count(*) FROM doomed) AS occurrences,
 -- the cursor ($1, $2, $3; NULL from the oldest) in (updated_at, machine, key)
 -- order that finished (completed, failed or cancelled) more than $5 seconds
 -- ago, a bounded range read of wf_instances_finished. Each goes with its
--- history, signals, effects and approvals in this one statement, so a later
+-- history, signals, effects, approvals and child links in this one statement, so a later
 -- start of the key begins from nothing. Rows another transaction holds are
 -- skipped, and the conditions are checked again on each row locked: an
 -- instance started again meanwhile stays. $6: a dry run, which deletes
@@ -139,7 +139,9 @@ WITH doomed AS (
     SELECT (SELECT count(*) FROM {schema}.wf_history x JOIN doomed d USING (machine, key))
          + (SELECT count(*) FROM {schema}.wf_signals x JOIN doomed d USING (machine, key))
          + (SELECT count(*) FROM {schema}.wf_effects x JOIN doomed d USING (machine, key))
-         + (SELECT count(*) FROM {schema}.wf_approvals x JOIN doomed d USING (machine, key)) AS n
+         + (SELECT count(*) FROM {schema}.wf_approvals x JOIN doomed d USING (machine, key))
+         + (SELECT count(*) FROM {schema}.wf_children x JOIN doomed d
+              ON x.parent_machine = d.machine AND x.parent_key = d.key) AS n
 ), history AS (
     DELETE FROM {schema}.wf_history x USING doomed d
     WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
@@ -152,6 +154,9 @@ WITH doomed AS (
 ), approvals AS (
     DELETE FROM {schema}.wf_approvals x USING doomed d
     WHERE x.machine = d.machine AND x.key = d.key AND NOT $6
+), children AS (
+    DELETE FROM {schema}.wf_children x USING doomed d
+    WHERE x.parent_machine = d.machine AND x.parent_key = d.key AND NOT $6
 ), instances AS (
     DELETE FROM {schema}.wf_instances x USING doomed d
     WHERE x.machine = d.machine AND x.key = d.key AND NOT $6

@@ -25,7 +25,10 @@ SELECT i.*, now() AS now,
                WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
                  AND a.consumed_version IS NULL) AS has_approvals,
        EXISTS (SELECT 1 FROM {schema}.wf_effects e
-               WHERE e.machine = i.machine AND e.key = i.key AND e.run_id = i.run_id) AS has_effects
+               WHERE e.machine = i.machine AND e.key = i.key AND e.run_id = i.run_id) AS has_effects,
+       EXISTS (SELECT 1 FROM {schema}.wf_children c
+               WHERE c.parent_machine = i.machine AND c.parent_key = i.key
+                 AND c.parent_run_id = i.run_id) AS has_children
 FROM {schema}.wf_instances i WHERE i.machine = $1 AND i.key = ANY($2::text[]);
 
 -- name: wf_facts_signals
@@ -51,6 +54,15 @@ JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON e.key = t.key AND e.run_
 WHERE e.machine = $1
 ORDER BY e.key, e.id;
 
+-- name: wf_facts_children
+-- The child runs of these runs, by key, in the order they were started.
+SELECT c.parent_key AS parent, c.machine, c.key, c.run_id, c.started,
+       c.status, c.state, c.checkpoint, c.error_code, c.error, c.ended_at
+FROM {schema}.wf_children c
+JOIN unnest($2::text[], $3::int[]) AS t(key, run_id) ON c.parent_key = t.key AND c.parent_run_id = t.run_id
+WHERE c.parent_machine = $1
+ORDER BY c.parent_key, c.seq;
+
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
 -- untouched and returns no row: starting is idempotent per key. With $5
@@ -62,9 +74,28 @@ ON CONFLICT (machine, key) DO UPDATE
 SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
     visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
-    state_entered_at = now(), run_started_at = now(), updated_at = now()
+    state_entered_at = now(), run_started_at = now(), updated_at = now(),
+    children_ended = 0, children_wait = NULL
 WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT ($5::boolean AND i.status = 'completed')
 RETURNING i.*, now() AS now, false AS has_signals;
+
+-- name: wf_start_many
+-- wf_start for the child runs a transition starts, in one statement (one
+-- round trip, where one per child bounded a fan-out of thousands): each key
+-- is guarded as wf_start guards it ($5 is each start's once). The caller
+-- passes each key once, sorted, so concurrent fan-outs lock in one order.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept)
+SELECT t.machine, t.key, t.state, 'pending', t.checkpoint, now(), t.once
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::boolean[])
+     AS t(machine, key, state, checkpoint, once)
+ON CONFLICT (machine, key) DO UPDATE
+SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+    visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
+    last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
+    state_entered_at = now(), run_started_at = now(), updated_at = now(),
+    children_ended = 0, children_wait = NULL
+WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (EXCLUDED.kept AND i.status = 'completed')
+RETURNING i.machine, i.key, i.version;
 
 -- name: wf_keep
 -- A start with once=True found the key's run completed (started without
@@ -86,7 +117,7 @@ WITH moved AS (
         state_entered_at = CASE WHEN $13::boolean THEN now() ELSE state_entered_at END,
         run_id = CASE WHEN $14::boolean THEN run_id + 1 ELSE run_id END,
         run_started_at = CASE WHEN $14::boolean THEN now() ELSE run_started_at END,
-        updated_at = now()
+        updated_at = now(), children_wait = NULL
     WHERE machine = $1 AND key = $2 AND version = $15
       AND ($16::bigint IS NULL OR EXISTS (
             SELECT 1 FROM {schema}.deliveries d
@@ -130,7 +161,7 @@ WITH input AS (
         state_entered_at = CASE WHEN t.entered THEN now() ELSE i.state_entered_at END,
         run_id = CASE WHEN t.new_run THEN i.run_id + 1 ELSE i.run_id END,
         run_started_at = CASE WHEN t.new_run THEN now() ELSE i.run_started_at END,
-        updated_at = now()
+        updated_at = now(), children_wait = NULL
     FROM input t
     WHERE i.machine = t.machine AND i.key = t.key AND i.version = t.expected
       AND (t.lease_id IS NULL OR EXISTS (
@@ -284,3 +315,106 @@ ON CONFLICT (machine, def_hash) DO UPDATE SET registered_at = now();
 SELECT machine, def_hash, definition, first_registered_at, registered_at
 FROM {schema}.wf_definitions WHERE machine = $1
 ORDER BY registered_at DESC, def_hash LIMIT 1;
+
+-- name: wf_child_link
+-- Child runs join the parent's run ($1, $2, $3) in the parent's transition,
+-- in start order: for each ($4 machines, $5 keys) the run the start just
+-- began ($6 true), or the live (or, with once, completed) one it left alone.
+-- A run that already ended is linked as ended and counts at once; a link
+-- made twice is one.
+WITH linked AS (
+    INSERT INTO {schema}.wf_children (parent_machine, parent_key, parent_run_id, machine, key, run_id,
+                                      started, status, state, checkpoint, error_code, error, ended_at)
+    SELECT $1, $2, $3, i.machine, i.key, i.run_id, t.started, e.status, e.state, e.checkpoint,
+           e.last_error_code, e.last_error, CASE WHEN e.status IS NOT NULL THEN now() END
+    FROM unnest($4::text[], $5::text[], $6::boolean[]) WITH ORDINALITY AS t(machine, key, started, ord)
+    JOIN {schema}.wf_instances i ON i.machine = t.machine AND i.key = t.key
+    LEFT JOIN {schema}.wf_instances e ON e.machine = i.machine AND e.key = i.key
+                                     AND e.status IN ('completed', 'failed', 'cancelled')
+    ORDER BY t.ord
+    ON CONFLICT DO NOTHING
+    RETURNING status
+)
+UPDATE {schema}.wf_instances
+SET children_ended = children_ended + (SELECT count(*) FROM linked WHERE status IS NOT NULL)
+WHERE machine = $1 AND key = $2 AND run_id = $3
+  AND EXISTS (SELECT 1 FROM linked WHERE status IS NOT NULL);
+
+-- name: wf_children_wait
+-- The parent now waits on its children: the count it wakes at (-1: every
+-- child of the run, counted now, the links of this transition included). Due
+-- at once when that many have already ended; otherwise the child whose end
+-- crosses it wakes the parent (wf_children_end), under this row's lock.
+UPDATE {schema}.wf_instances i
+SET children_wait = CASE WHEN $3::int >= 0 THEN $3::int ELSE
+        (SELECT count(*) FROM {schema}.wf_children c
+         WHERE c.parent_machine = i.machine AND c.parent_key = i.key AND c.parent_run_id = i.run_id)
+    END
+WHERE i.machine = $1 AND i.key = $2
+RETURNING i.children_ended >= i.children_wait AS due;
+
+-- name: wf_children_end
+-- These instances ($1 machines, $2 keys) just entered an ended status: their
+-- runs' links record the outcome, and each parent run's count moves on by how
+-- many of its children ended here. The count moves under the parent's row
+-- lock, so of concurrent ends exactly one sees it cross children_wait: that
+-- parent, still waiting, is returned to be woken (once: old < wait <= new).
+WITH ended AS (
+    UPDATE {schema}.wf_children c
+    SET status = i.status, state = i.state, checkpoint = i.checkpoint, error_code = i.last_error_code,
+        error = i.last_error, ended_at = now()
+    FROM unnest($1::text[], $2::text[]) AS t(machine, key)
+    JOIN {schema}.wf_instances i ON i.machine = t.machine AND i.key = t.key
+    WHERE c.machine = i.machine AND c.key = i.key AND c.run_id = i.run_id AND c.status IS NULL
+      AND i.status IN ('completed', 'failed', 'cancelled')
+    RETURNING c.parent_machine, c.parent_key, c.parent_run_id
+), counted AS (
+    SELECT parent_machine, parent_key, parent_run_id, count(*)::int AS n
+    FROM ended GROUP BY parent_machine, parent_key, parent_run_id
+), parents AS (
+    UPDATE {schema}.wf_instances p SET children_ended = p.children_ended + counted.n
+    FROM counted
+    WHERE p.machine = counted.parent_machine AND p.key = counted.parent_key
+      AND p.run_id = counted.parent_run_id
+    RETURNING p.machine, p.key, p.version, p.status, p.children_ended, p.children_wait, counted.n
+)
+SELECT machine, key, version FROM parents
+WHERE status = 'waiting' AND children_wait IS NOT NULL
+  AND children_ended >= children_wait AND children_ended - n < children_wait
+ORDER BY machine, key;
+
+-- name: wf_cancel_children
+-- A cancelled run cancels the live runs it started, and theirs, down the
+-- tree, in the same transaction: each moves to CANCELLED under a new version
+-- (fencing a visit in flight) with its history row naming the cancelled
+-- ancestor ($4 actor, $5 reason). Returns the cancelled instances, whose
+-- ends wf_children_end then records.
+WITH RECURSIVE tree AS (
+    SELECT c.machine, c.key, c.run_id FROM {schema}.wf_children c
+    WHERE c.parent_machine = $1 AND c.parent_key = $2 AND c.parent_run_id = $3
+      AND c.started AND c.status IS NULL
+    UNION
+    SELECT c.machine, c.key, c.run_id FROM {schema}.wf_children c
+    JOIN tree t ON c.parent_machine = t.machine AND c.parent_key = t.key AND c.parent_run_id = t.run_id
+    WHERE c.started AND c.status IS NULL
+), live AS (
+    SELECT i.machine, i.key, i.state, i.visits FROM {schema}.wf_instances i
+    JOIN tree t ON i.machine = t.machine AND i.key = t.key AND i.run_id = t.run_id
+    WHERE i.status IN ('pending', 'running', 'waiting', 'waiting_approval', 'paused', 'uncertain')
+    ORDER BY i.machine, i.key
+    FOR UPDATE OF i
+), moved AS (
+    UPDATE {schema}.wf_instances i
+    SET state = 'CANCELLED', status = 'cancelled', version = i.version + 1, next_run_at = NULL,
+        children_wait = NULL, state_entered_at = now(), updated_at = now()
+    FROM live l WHERE i.machine = l.machine AND i.key = l.key
+    RETURNING i.machine, i.key, i.run_id, i.version, l.state AS old_state, l.visits
+), hist AS (
+    INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome, next_state,
+                                     yielded, actor, reason, started_at)
+    SELECT m.machine, m.key, m.run_id, m.version, m.old_state,
+           COALESCE((m.visits::jsonb ->> m.old_state)::int, 0), 'cancel', 'CANCELLED', false, $4, $5, now()
+    FROM moved m
+    RETURNING 1
+)
+SELECT machine, key, (SELECT count(*) FROM hist) AS written FROM moved ORDER BY machine, key;

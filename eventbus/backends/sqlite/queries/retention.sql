@@ -79,14 +79,16 @@ ORDER BY updated_at, machine, key
 LIMIT :limit;
 
 -- name: prune_workflows_rows
--- How many history, signal, effect and approval rows the instances of :keys
+-- How many history, signal, effect, approval and child-link rows the instances of :keys
 -- (JSON [machine, key] pairs) have.
 WITH k AS (SELECT json_extract(value, '$[0]') AS machine, json_extract(value, '$[1]') AS key
            FROM json_each(:keys))
 SELECT (SELECT count(*) FROM wf_history x JOIN k USING (machine, key))
      + (SELECT count(*) FROM wf_signals x JOIN k USING (machine, key))
      + (SELECT count(*) FROM wf_effects x JOIN k USING (machine, key))
-     + (SELECT count(*) FROM wf_approvals x JOIN k USING (machine, key)) AS n;
+     + (SELECT count(*) FROM wf_approvals x JOIN k USING (machine, key))
+     + (SELECT count(*) FROM wf_children x JOIN k
+          ON x.parent_machine = k.machine AND x.parent_key = k.key) AS n;
 
 -- name: prune_workflows_history
 DELETE FROM wf_history WHERE (machine, key) IN (
@@ -102,6 +104,11 @@ DELETE FROM wf_effects WHERE (machine, key) IN (
 
 -- name: prune_workflows_approvals
 DELETE FROM wf_approvals WHERE (machine, key) IN (
+    SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
+
+-- name: prune_workflows_children
+-- The links the pruned runs made as parents: the outcomes their children left.
+DELETE FROM wf_children WHERE (parent_machine, parent_key) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
 
 -- name: prune_workflows_instances

@@ -25,7 +25,10 @@ SELECT i.*, (julianday('now') - 2440587.5) * 86400.0 AS now,
                WHERE a.machine = i.machine AND a.key = i.key AND a.run_id = i.run_id
                  AND a.consumed_version IS NULL) AS has_approvals,
        EXISTS (SELECT 1 FROM wf_effects e
-               WHERE e.machine = i.machine AND e.key = i.key AND e.run_id = i.run_id) AS has_effects
+               WHERE e.machine = i.machine AND e.key = i.key AND e.run_id = i.run_id) AS has_effects,
+       EXISTS (SELECT 1 FROM wf_children c
+               WHERE c.parent_machine = i.machine AND c.parent_key = i.key
+                 AND c.parent_run_id = i.run_id) AS has_children
 FROM wf_instances i
 WHERE i.machine = :machine AND i.key IN (SELECT value FROM json_each(:keys));
 
@@ -54,6 +57,15 @@ JOIN wf_effects e ON e.machine = :machine AND e.key = json_extract(r.value, '$[0
                  AND e.run_id = json_extract(r.value, '$[1]')
 ORDER BY e.key, e.id;
 
+-- name: wf_facts_children
+-- The child runs of these runs, by key, in the order they were started.
+SELECT c.parent_key AS parent, c.machine, c.key, c.run_id, c.started, c.status, c.state,
+       c.checkpoint, c.error_code, c.error, c.ended_at
+FROM json_each(:runs) r
+JOIN wf_children c ON c.parent_machine = :machine AND c.parent_key = json_extract(r.value, '$[0]')
+                  AND c.parent_run_id = json_extract(r.value, '$[1]')
+ORDER BY c.parent_key, c.rowid;
+
 -- name: wf_start
 -- Create the instance, or begin a new run of a finished one. A live run is
 -- untouched and returns no row: starting is idempotent per key. With :once,
@@ -65,7 +77,8 @@ ON CONFLICT (machine, key) DO UPDATE
 SET run_id = i.run_id + 1, kept = (i.kept OR excluded.kept), state = excluded.state, status = 'pending', version = i.version + 1,
     visits = '{}', attempts = 0, checkpoint = excluded.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = :now,
-    state_entered_at = :now, run_started_at = :now, updated_at = :now
+    state_entered_at = :now, run_started_at = :now, updated_at = :now,
+    children_ended = 0, children_wait = NULL
 WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (:once AND i.status = 'completed')
 RETURNING *, :now AS now, 0 AS has_signals;
 
@@ -87,7 +100,7 @@ SET state = :state, status = :status, version = version + 1, visits = :visits,
     state_entered_at = CASE WHEN :entered THEN :now ELSE state_entered_at END,
     run_id = CASE WHEN :new_run THEN run_id + 1 ELSE run_id END,
     run_started_at = CASE WHEN :new_run THEN :now ELSE run_started_at END,
-    updated_at = :now
+    updated_at = :now, children_wait = NULL
 WHERE machine = :machine AND key = :key AND version = :expected_version
   AND (:lease_id IS NULL OR EXISTS (
         SELECT 1 FROM deliveries d
@@ -214,3 +227,79 @@ ON CONFLICT (machine, def_hash) DO UPDATE SET registered_at = :now;
 SELECT machine, def_hash, definition, first_registered_at, registered_at
 FROM wf_definitions WHERE machine = :machine
 ORDER BY registered_at DESC, def_hash LIMIT 1;
+
+-- name: wf_child_link
+-- A child run joins the parent's run in the parent's transition: the run of
+-- (:child_machine, :child_key) the start just began, or the live (or, with
+-- once, completed) one it left alone. A run that already ended is linked as
+-- ended (the caller counts it); a link made twice is one.
+INSERT INTO wf_children (parent_machine, parent_key, parent_run_id, machine, key, run_id, started,
+                         status, state, checkpoint, error_code, error, linked_at, ended_at)
+SELECT :machine, :key, :run_id, i.machine, i.key, i.run_id, :started, e.status, e.state, e.checkpoint,
+       e.last_error_code, e.last_error, :now, CASE WHEN e.status IS NOT NULL THEN :now END
+FROM wf_instances i
+LEFT JOIN wf_instances e ON e.machine = i.machine AND e.key = i.key
+                        AND e.status IN ('completed', 'failed', 'cancelled')
+WHERE i.machine = :child_machine AND i.key = :child_key
+ON CONFLICT DO NOTHING
+RETURNING status;
+
+-- name: wf_children_wait
+-- The parent now waits on its children: the count it wakes at (-1: every
+-- child of the run, counted now, the links of this transition included). Due
+-- at once when that many have already ended; otherwise the child whose end
+-- crosses it wakes the parent (wf_children_count), under the write lock.
+UPDATE wf_instances
+SET children_wait = CASE WHEN :wait >= 0 THEN :wait ELSE
+        (SELECT count(*) FROM wf_children c
+         WHERE c.parent_machine = wf_instances.machine AND c.parent_key = wf_instances.key
+           AND c.parent_run_id = wf_instances.run_id)
+    END
+WHERE machine = :machine AND key = :key
+RETURNING children_ended >= children_wait AS due;
+
+-- name: wf_children_end
+-- This instance just entered an ended status: the links of its run record
+-- the outcome; returns the parent runs waiting on it, to be counted.
+UPDATE wf_children
+SET status = i.status, state = i.state, checkpoint = i.checkpoint, error_code = i.last_error_code,
+    error = i.last_error, ended_at = :now
+FROM wf_instances i
+WHERE i.machine = :machine AND i.key = :key AND i.status IN ('completed', 'failed', 'cancelled')
+  AND wf_children.machine = i.machine AND wf_children.key = i.key AND wf_children.run_id = i.run_id
+  AND wf_children.status IS NULL
+RETURNING parent_machine, parent_key, parent_run_id;
+
+-- name: wf_children_count
+-- One more child of the parent run ended. Ends are serialised by the write
+-- lock, so exactly one of them moves the count onto children_wait: that one
+-- gets the parent back (status, version) and wakes it if it is waiting.
+UPDATE wf_instances SET children_ended = children_ended + :n
+WHERE machine = :machine AND key = :key AND run_id = :run_id
+RETURNING machine, key, version, status, children_ended, children_wait;
+
+-- name: wf_cancel_tree
+-- The live runs a cancelled run started, and theirs, down the tree, with the
+-- pointer each is at (only those still live are cancelled).
+WITH RECURSIVE tree AS (
+    SELECT c.machine, c.key, c.run_id FROM wf_children c
+    WHERE c.parent_machine = :machine AND c.parent_key = :key AND c.parent_run_id = :run_id
+      AND c.started AND c.status IS NULL
+    UNION
+    SELECT c.machine, c.key, c.run_id FROM wf_children c
+    JOIN tree t ON c.parent_machine = t.machine AND c.parent_key = t.key AND c.parent_run_id = t.run_id
+    WHERE c.started AND c.status IS NULL
+)
+SELECT i.machine, i.key, i.run_id, i.state, i.visits FROM wf_instances i
+JOIN tree t ON i.machine = t.machine AND i.key = t.key AND i.run_id = t.run_id
+WHERE i.status IN ('pending', 'running', 'waiting', 'waiting_approval', 'paused', 'uncertain')
+ORDER BY i.machine, i.key;
+
+-- name: wf_cancel_child
+-- A descendant of a cancelled run moves to CANCELLED under a new version,
+-- fencing a visit in flight; its history row names the cancelled ancestor.
+UPDATE wf_instances
+SET state = 'CANCELLED', status = 'cancelled', version = version + 1, next_run_at = NULL,
+    children_wait = NULL, state_entered_at = :now, updated_at = :now
+WHERE machine = :machine AND key = :key AND run_id = :run_id
+RETURNING version;
