@@ -178,16 +178,20 @@ class FanOutTarget:
     for_each: Lister
     spread_seconds: float
     event_class: type[FanOutEvent]
+    priority: int = 0
+    """The schedule's priority, given to each tenant's event as to the occurrence's."""
 
     @classmethod
-    def build(cls, schedule: str, per_tenant: PerTenant, for_each: Any, spread: float) -> FanOutTarget:
+    def build(
+        cls, schedule: str, per_tenant: PerTenant, for_each: Any, spread: float, priority: int = 0
+    ) -> FanOutTarget:
         """Check the parts of a fan-out schedule; raises :class:`InvalidSchedule`."""
         if not callable(for_each):
             raise InvalidSchedule(f"schedule {schedule!r}: for_each= takes a function listing the tenants")
         if isinstance(spread, bool) or not isinstance(spread, int | float) or not 0 <= spread < math.inf:
             raise InvalidSchedule(f"schedule {schedule!r}: spread= is a finite number of seconds, 0 or more")
         per_tenant.check()
-        return cls(schedule, per_tenant, for_each, spread, _event_class(schedule))
+        return cls(schedule, per_tenant, for_each, spread, _event_class(schedule), priority)
 
     @property
     def kind(self) -> Literal["event", "machine"]:
@@ -230,6 +234,7 @@ class FanOutTarget:
                 self.per_tenant.event(tenant, when),
                 key=tenant_key(self.schedule, when, tenant),
                 delay=spread_offset(self.schedule, tenant, self.spread_seconds),
+                priority=self.priority,
             )
 
 

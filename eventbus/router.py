@@ -186,7 +186,8 @@ class Router:
 
         Each firing's events (for ``start=``, the machine's start event; with
         ``for_each``, the occurrence's fan-out event) are published with
-        ``priority`` (0 to 9, lower first, as in ``publish``).
+        ``priority`` (0 to 9, lower first, as in ``publish``), and so are a
+        fan-out's events per tenant.
 
         With ``for_each=list_tenants`` (a function, sync or async, returning
         tenant keys) each occurrence fans out: one event per tenant (the class
@@ -196,7 +197,7 @@ class Router:
         (seconds) delays each tenant by a fixed offset in the window, hashed
         from the tenant. See :mod:`eventbus.fanout`.
         """
-        target = _target(name, event_class, start, checkpoint, for_each, spread)
+        target = _target(name, event_class, start, checkpoint, for_each, spread, priority)
         schedule = Schedule.build(
             name, target, cron=cron, every=every, tz=tz, anchor=anchor, missed=missed,
             max_catchup=max_catchup, overlap=overlap, cooldown=cooldown, jitter=jitter,
@@ -218,7 +219,13 @@ class Router:
 
 
 def _target(
-    name: str, event_class: type[Event] | None, start: Any, checkpoint: Any, for_each: Any, spread: Any
+    name: str,
+    event_class: type[Event] | None,
+    start: Any,
+    checkpoint: Any,
+    for_each: Any,
+    spread: Any,
+    priority: int,
 ) -> EventTarget | MachineTarget | FanOutTarget:
     """What a schedule fires, from the options of :meth:`Router.schedule`, checked."""
     if start is not None and (event_class is not None or checkpoint is None):
@@ -229,7 +236,8 @@ def _target(
         event_type_of(event_class)  # fail now if the class has no event_type
     if for_each is not None:
         seconds = spread.total_seconds() if isinstance(spread, timedelta) else spread or 0.0
-        return FanOutTarget.build(name, per_tenant_of(event_class, start, checkpoint), for_each, seconds)
+        per_tenant = per_tenant_of(event_class, start, checkpoint)
+        return FanOutTarget.build(name, per_tenant, for_each, seconds, priority)
     if spread is not None:
         raise InvalidSchedule(f"schedule {name!r}: spread= spreads a fan-out (for_each=) only")
     target = MachineTarget(start, checkpoint) if start is not None else EventTarget(event_class)  # type: ignore[arg-type]

@@ -101,14 +101,18 @@ async def test_one_occurrence_starts_one_run_per_tenant_and_never_twice(
     assert (await bus.workflows.instance(refresh, "acme")).run_id == 1
 
 
-async def test_an_event_per_tenant_spread_over_the_window(make_bus: BusFactory, target: Target) -> None:
+async def test_an_event_per_tenant_spread_over_the_window_at_the_schedule_s_priority(
+    make_bus: BusFactory, target: Target
+) -> None:
     bus = await make_bus()
     bus.pull.subscription(TenantReport, name="reports")
     await bus.register()
     tenants = [f"t-{i:03}" for i in range(40)]
     now = await db_now(target)
     hourly = timedelta(hours=1)
-    bus.schedule("reports", TenantReport, every=hourly, anchor=now, for_each=lambda: tenants, spread=600)
+    bus.schedule(
+        "reports", TenantReport, every=hourly, anchor=now, for_each=lambda: tenants, spread=600, priority=3
+    )
     when = await _fire(bus, target, "reports")
     await drain(bus, wait_for_scheduled=False)
     rows = [r for r in await bus.find_deliveries(limit=100) if r.subscription == "reports"]
@@ -117,6 +121,7 @@ async def test_an_event_per_tenant_spread_over_the_window(make_bus: BusFactory, 
         offset = spread_offset("reports", (r.key or "").rsplit("/", 1)[1], 600)
         assert abs((r.run_at - r.created_at).total_seconds() - offset) < 1.0  # the tenant's own offset
     assert max(r.run_at for r in rows) - min(r.run_at for r in rows) > timedelta(minutes=5)
+    assert {(await bus.delivery(r.id)).priority for r in rows} == {3}
     async with bus.pull.claim("reports", limit=100) as batch:  # the ones whose offset has come
         assert all(isinstance(d.event, TenantReport) and d.event.scheduled_for == when for d in batch)
 
