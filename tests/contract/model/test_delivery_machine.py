@@ -1,0 +1,100 @@
+"""The delivery contract against a model, in random interleavings of every step (Hypothesis).
+
+``EVENTBUS_HYPOTHESIS_PROFILE`` picks how hard it looks: ``ci`` (the default,
+a few seconds per backend) or ``long`` (thousands of longer runs, on demand;
+see tests/contract/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+
+import asyncpg
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from eventbus import Bus, Context, RetryPolicy
+
+from ...conftest import Target
+from .machine import DeliveryMachine, Harness, Item
+from .model import Sub
+
+TABLES = ("delivery_attempts", "deliveries", "events", "kept_keys")
+"""What an example leaves behind; deleting it is far cheaper than a new schema per example."""
+
+settings.register_profile(
+    "ci",
+    max_examples=40,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long",
+    max_examples=2000,
+    stateful_step_count=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+PROFILE = os.environ.get("EVENTBUS_HYPOTHESIS_PROFILE", "ci")
+TIMEOUT_SECONDS = {"ci": 120, "long": 4 * 3600}
+
+
+def _subscribe(bus: Bus) -> None:
+    """Two subscriptions of one type that no worker serves: one plain, one FIFO per key."""
+
+    async def ignore(event: Item, ctx: Context) -> None:
+        raise AssertionError("no worker runs in the model test")
+
+    bus.subscribe(Item, name="plain", retry=RetryPolicy(max_attempts=3))(ignore)
+    bus.subscribe(Item, name="fifo", ordered=True, retry=RetryPolicy(max_attempts=2))(ignore)
+
+
+async def _open(target: Target) -> tuple[Bus, tuple[Sub, ...]]:
+    bus = target.bus()
+    await bus.migrate()
+    _subscribe(bus)
+    ids = await bus.register()
+    subs = (Sub("plain", ids["plain"], False, 3), Sub("fifo", ids["fifo"], True, 2))
+    return bus, subs
+
+
+def _sqlite_reset(target: Target) -> Callable[[], None]:
+    path = target.dsn.removeprefix("sqlite:///")
+
+    def reset() -> None:
+        with sqlite3.connect(path, timeout=10) as conn:
+            for table in TABLES:
+                conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+
+    return reset
+
+
+def _postgres_reset(target: Target, portal: BlockingPortal) -> Callable[[], None]:
+    names = ", ".join(f"{target.schema}.{t}" for t in TABLES)
+
+    async def truncate() -> None:
+        conn = await asyncpg.connect(target.direct_dsn)
+        try:
+            await conn.execute(f"TRUNCATE {names}")
+        finally:
+            await conn.close()
+
+    return lambda: portal.call(truncate)
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite", "postgres"], indirect=True)
+@pytest.mark.timeout(TIMEOUT_SECONDS[PROFILE])
+def test_the_delivery_contract_holds_in_any_interleaving(target: Target) -> None:
+    with start_blocking_portal() as portal:
+        bus, subs = portal.call(_open, target)
+        try:
+            reset = _sqlite_reset(target) if target.kind == "sqlite" else _postgres_reset(target, portal)
+            machine = type("DeliveryContract", (DeliveryMachine,), {"harness": Harness(portal, bus, subs, reset)})
+            run_state_machine_as_test(machine, settings=settings.get_profile(PROFILE))
+        finally:
+            portal.call(bus.aclose)
