@@ -29,7 +29,7 @@ TABLES = ("delivery_attempts", "deliveries", "events", "kept_keys")
 settings.register_profile(
     "ci",
     max_examples=40,
-    stateful_step_count=25,
+    stateful_step_count=15,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -40,8 +40,15 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+settings.register_profile(
+    "medium",
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 PROFILE = os.environ.get("EVENTBUS_HYPOTHESIS_PROFILE", "ci")
-TIMEOUT_SECONDS = {"ci": 120, "long": 4 * 3600}
+TIMEOUT_SECONDS = {"ci": 120, "medium": 3600, "long": 4 * 3600}
 
 
 def _subscribe(bus: Bus) -> None:
@@ -69,22 +76,18 @@ def _sqlite_reset(target: Target) -> Callable[[], None]:
     def reset() -> None:
         with sqlite3.connect(path, timeout=10) as conn:
             for table in TABLES:
-                conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+                conn.execute(f"DELETE FROM {table}")  # fixed names
 
     return reset
 
 
-def _postgres_reset(target: Target, portal: BlockingPortal) -> Callable[[], None]:
+def _postgres_reset(target: Target, conn: asyncpg.Connection, portal: BlockingPortal) -> Callable[[], None]:
     names = ", ".join(f"{target.schema}.{t}" for t in TABLES)
 
-    async def truncate() -> None:
-        conn = await asyncpg.connect(target.direct_dsn)
-        try:
-            await conn.execute(f"TRUNCATE {names}")
-        finally:
-            await conn.close()
+    def reset() -> None:
+        portal.call(conn.execute, f"TRUNCATE {names}")
 
-    return lambda: portal.call(truncate)
+    return reset
 
 
 @pytest.mark.parametrize("backend_kind", ["sqlite", "postgres"], indirect=True)
@@ -92,9 +95,13 @@ def _postgres_reset(target: Target, portal: BlockingPortal) -> Callable[[], None
 def test_the_delivery_contract_holds_in_any_interleaving(target: Target) -> None:
     with start_blocking_portal() as portal:
         bus, subs = portal.call(_open, target)
+        conn = None if target.kind == "sqlite" else portal.call(asyncpg.connect, target.direct_dsn)
         try:
-            reset = _sqlite_reset(target) if target.kind == "sqlite" else _postgres_reset(target, portal)
-            machine = type("DeliveryContract", (DeliveryMachine,), {"harness": Harness(portal, bus, subs, reset)})
+            reset = _sqlite_reset(target) if conn is None else _postgres_reset(target, conn, portal)
+            harness = Harness(portal, bus, subs, reset)
+            machine = type("DeliveryContract", (DeliveryMachine,), {"harness": harness})
             run_state_machine_as_test(machine, settings=settings.get_profile(PROFILE))
         finally:
+            if conn is not None:
+                portal.call(conn.close)
             portal.call(bus.aclose)
