@@ -1,11 +1,12 @@
 """The state machine that drives a real bus and the model side by side (Hypothesis stateful testing).
 
 Each rule is one step of the delivery contract on the real backend: publish
-(single or batched, with and without keys and ordering keys), claim (with a
-long lease or one that runs out at once), complete (with a follow-up event),
-fail (retried or dead), release, extend, the sweep of expired leases, a
-result under a stale lease token, cancel, replay of dead letters, and
-retention. Each checks what the store answered against the model, then
+(single or batched, with and without dedup keys and ordering keys, some
+delayed past the end of the run), claim (with a long lease or one that runs
+out at once), complete (with a follow-up event), fail (retried at once,
+retried past the end of the run, or dead), release, extend, the sweep of
+expired leases, a result under a stale lease token, cancel, replay of dead
+letters, and retention. Each checks what the store answered against the model, then
 moves the model; the invariants compare every delivery and the counts after
 every step.
 
@@ -48,9 +49,23 @@ CLOCK_TICK = 0.003
 """A prune waits this long first: SQLite's clock counts milliseconds, and a prune with no retention takes
 only rows that finished before its own time."""
 
+LATER = 3600.0
+"""A delay (of a publish or a retry) that outlasts any run: the delivery stays pending and not due."""
+
 KEYS = st.sampled_from([None, "k1", "k2", "k3"])
 ORDERING_KEYS = st.sampled_from([None, "a", "b"])
-ITEMS = st.lists(st.tuples(KEYS, ORDERING_KEYS), min_size=1, max_size=3)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """An event to publish: its dedup key, its ordering key, and whether it is delayed past the run."""
+
+    key: str | None
+    ordering_key: str | None
+    delayed: bool = False
+
+
+SPECS = st.builds(Spec, KEYS, ORDERING_KEYS, st.sampled_from([False, False, True]))
 
 
 class Item(Event, event_type="model.item"):
@@ -101,8 +116,13 @@ class DeliveryMachine(RuleBasedStateMachine):
         self.n += 1
         return Item(n=self.n)
 
-    def outgoing(self, key: str | None, ordering_key: str | None) -> OutgoingEvent:
-        return self.bus.outgoing(self.item(), key=key, ordering_key=ordering_key)
+    def envelope(self, spec: Spec) -> Envelope:
+        delay = LATER if spec.delayed else None
+        return Envelope(self.item(), key=spec.key, ordering_key=spec.ordering_key, delay=delay)
+
+    def outgoing(self, spec: Spec) -> OutgoingEvent:
+        e = self.envelope(spec)
+        return self.bus.outgoing(e.event, key=e.key, ordering_key=e.ordering_key, delay=e.delay)
 
     def new_rows(self) -> list[DeliveryRow]:
         """Deliveries above the highest id seen, oldest first."""
@@ -119,20 +139,19 @@ class DeliveryMachine(RuleBasedStateMachine):
             assert all(r.status == "pending" and r.attempts == 0 and r.key == e.key for r in mine)
             self.model.add_event(e, {r.subscription: r.id for r in mine})
 
-    def expect_published(
-        self, items: list[tuple[str | None, str | None]], results: list[PublishResult]
-    ) -> list[PublishedEvent]:
+    def expect_published(self, specs: list[Spec], results: list[PublishResult]) -> list[PublishedEvent]:
         """Check dedup by (type, key): a key held by a kept event, or earlier in the batch, is a duplicate."""
         taken: dict[str, int] = {}
         new: list[PublishedEvent] = []
-        for (key, ordering_key), result in zip(items, results, strict=True):
+        for spec, result in zip(specs, results, strict=True):
+            key = spec.key
             owner = None if key is None else taken.get(key) or self.model.owner_of(key)
             assert result.duplicate == (owner is not None), (key, owner, result)
             if owner is not None:
                 assert result.event_id == owner
                 continue
             assert result.event_id not in self.model.events
-            new.append(PublishedEvent(result.event_id, key, ordering_key))
+            new.append(PublishedEvent(result.event_id, key, spec.ordering_key, spec.delayed))
             if key is not None:
                 taken[key] = result.event_id
         return new
@@ -150,23 +169,23 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     # -- publishing --------------------------------------------------------------
 
-    @initialize(items=st.lists(st.tuples(KEYS, ORDERING_KEYS), min_size=1, max_size=6))
-    def backlog(self, items: list[tuple[str | None, str | None]]) -> None:
+    @initialize(specs=st.lists(SPECS, min_size=1, max_size=6))
+    def backlog(self, specs: list[Spec]) -> None:
         """Every run starts with some work."""
-        self.publish(items, batch=True)
+        self.publish(specs, batch=True)
 
-    @rule(items=ITEMS, batch=st.booleans())
-    def publish(self, items: list[tuple[str | None, str | None]], batch: bool) -> None:
+    @rule(specs=st.lists(SPECS, min_size=1, max_size=3), batch=st.booleans())
+    def publish(self, specs: list[Spec], batch: bool) -> None:
         """One publish_many, or one publish per event."""
-        envelopes = [Envelope(self.item(), key=key, ordering_key=ordering_key) for key, ordering_key in items]
+        envelopes = [self.envelope(spec) for spec in specs]
         if batch:
             results = self.call(self.bus.publish_many, envelopes)
         else:
             results = [self.call(self.publish_one, e) for e in envelopes]
-        self.add_events(self.expect_published(items, results), self.new_rows())
+        self.add_events(self.expect_published(specs, results), self.new_rows())
 
     async def publish_one(self, e: Envelope) -> PublishResult:
-        return await self.bus.publish(e.event, key=e.key, ordering_key=e.ordering_key)
+        return await self.bus.publish(e.event, key=e.key, ordering_key=e.ordering_key, delay=e.delay)
 
     # -- claims and their results ------------------------------------------------
 
@@ -195,19 +214,17 @@ class DeliveryMachine(RuleBasedStateMachine):
         """What a worker does with some deliveries of one claim: complete, fail, release or renew them."""
         token, chosen = self.a_claim(data)
         if how == "complete":
-            self.complete(token, chosen, data.draw(st.none() | st.tuples(KEYS, ORDERING_KEYS)))
+            self.complete(token, chosen, data.draw(st.none() | SPECS))
         elif how == "fail":
-            self.fail(token, chosen, data.draw(st.booleans()))
+            self.fail(token, chosen, data.draw(st.sampled_from(["retry", "retry later", "dead"])))
         elif how == "release":
             self.release(token, chosen)
         else:
             self.extend(token, chosen, data.draw(st.booleans()))
 
-    def complete(
-        self, token: str, chosen: list[Delivery], follow_up: tuple[str | None, str | None] | None
-    ) -> None:
-        """Completed, the first with a follow-up event when ``follow_up`` gives its key and ordering key."""
-        extra = () if follow_up is None else (self.outgoing(*follow_up),)
+    def complete(self, token: str, chosen: list[Delivery], follow_up: Spec | None) -> None:
+        """Completed, the first with a follow-up event when ``follow_up`` is given."""
+        extra = () if follow_up is None else (self.outgoing(follow_up),)
         completions = [
             Completion(DeliveryId(d.id), token, extra if i == 0 else ()) for i, d in enumerate(chosen)
         ]
@@ -215,24 +232,26 @@ class DeliveryMachine(RuleBasedStateMachine):
         for d in chosen:
             self.model.settled(d, "completed")
         if follow_up is not None:
-            self.expect_follow_up(*follow_up)
+            self.expect_follow_up(follow_up)
 
-    def expect_follow_up(self, key: str | None, ordering_key: str | None) -> None:
+    def expect_follow_up(self, spec: Spec) -> None:
         """The follow-up of a completion: a new event unless a kept event holds its key."""
         rows = self.new_rows()
-        if key is not None and self.model.owner_of(key) is not None:
+        if spec.key is not None and self.model.owner_of(spec.key) is not None:
             assert rows == [], "a follow-up with a kept key was inserted"
             return
         (event_id,) = {r.event_id for r in rows}
-        self.add_events([PublishedEvent(event_id, key, ordering_key)], rows)
+        self.add_events([PublishedEvent(event_id, spec.key, spec.ordering_key, spec.delayed)], rows)
 
-    def fail(self, token: str, chosen: list[Delivery], dead: bool) -> None:
+    def fail(self, token: str, chosen: list[Delivery], how: str) -> None:
+        """Failed attempts: retried at once, retried past the end of the run, or dead."""
+        dead, delay = how == "dead", LATER if how == "retry later" else 0.0
         failures = [
-            Failure(DeliveryId(d.id), token, dead, 0.0, "Boom", "boom", "", 0.0, WORKER) for d in chosen
+            Failure(DeliveryId(d.id), token, dead, delay, "Boom", "boom", "", 0.0, WORKER) for d in chosen
         ]
         assert self.call(self.store.fail, failures) == {(d.id, token) for d in chosen}
         for d in chosen:
-            self.model.failed(d, dead)
+            self.model.failed(d, dead, later=how == "retry later")
 
     def release(self, token: str, chosen: list[Delivery]) -> None:
         assert self.call(self.store.release, [DeliveryId(d.id) for d in chosen], token) == len(chosen)
@@ -266,7 +285,7 @@ class DeliveryMachine(RuleBasedStateMachine):
         delivery_id, token = data.draw(st.sampled_from(self.model.stale))
         did = DeliveryId(delivery_id)
         if how == "complete":
-            follow_up = (self.outgoing(None, None),)
+            follow_up = (self.outgoing(Spec(None, None)),)
             assert self.call(self.store.complete, [Completion(did, token, follow_up)]) == set()
         elif how == "fail":
             stale = Failure(did, token, True, 0.0, "Stale", "stale", "", 0.0, WORKER)

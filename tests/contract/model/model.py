@@ -33,6 +33,8 @@ class PublishedEvent:
     id: int
     key: str | None
     ordering_key: str | None
+    delayed: bool = False
+    """Published with a delay that outlasts the run: pending but never due."""
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Delivery:
     token: str | None = None
     short_lease: bool = False
     """Its current lease runs out at once (the machine's way to let a lease expire)."""
+    due: bool = True
+    """Its run time has come (False: delayed, or retried later, past the end of the run)."""
     replays: int = 0
     failures: int = 0
     """Rows of its attempt history: failed attempts and expired leases."""
@@ -70,10 +74,11 @@ class Model:
         return sorted((d for d in self.deliveries.values() if d.status in statuses), key=lambda d: d.id)
 
     def claimable(self, sub: Sub) -> set[int]:
-        """The deliveries a claim on ``sub`` may take: pending ones, and on an ordered
-        subscription only the head of its key while nothing of the key is processing."""
+        """The deliveries a claim on ``sub`` may take: pending ones that are due, and on an
+        ordered subscription only the head of its key (a head not due yet blocks its key)
+        while nothing of the key is processing."""
         mine = [d for d in self.deliveries.values() if d.sub == sub]
-        return {d.id for d in mine if d.status == "pending" and self._is_head(d, mine)}
+        return {d.id for d in mine if d.status == "pending" and d.due and self._is_head(d, mine)}
 
     @staticmethod
     def _is_head(d: Delivery, mine: list[Delivery]) -> bool:
@@ -94,7 +99,7 @@ class Model:
         self.events[event.id] = event
         for sub in self.subs:
             ordering_key = event.ordering_key if sub.ordered else None
-            d = Delivery(delivery_ids[sub.name], event.id, sub, ordering_key)
+            d = Delivery(delivery_ids[sub.name], event.id, sub, ordering_key, due=not event.delayed)
             self.deliveries[d.id] = d
 
     def claimed(self, d: Delivery, token: str, short_lease: bool) -> None:
@@ -107,8 +112,10 @@ class Model:
         self.stale.append((d.id, d.token))
         d.status, d.token, d.short_lease = status, None, False
 
-    def failed(self, d: Delivery, dead: bool) -> None:
+    def failed(self, d: Delivery, dead: bool, later: bool = False) -> None:
+        """A failed attempt: dead, or retried now or (``later``) past the end of the run."""
         d.failures += 1
+        d.due = dead or not later
         self.settled(d, "dead" if dead else "pending")
 
     def released(self, d: Delivery) -> None:
@@ -120,7 +127,7 @@ class Model:
         self.settled(d, "dead" if d.attempts >= d.sub.max_attempts else "pending")
 
     def replayed(self, d: Delivery) -> None:
-        d.status, d.attempts = "pending", 0
+        d.status, d.attempts, d.due = "pending", 0, True
         d.replays += 1
 
     def prunable(self, dedup_window: bool) -> tuple[list[int], list[int]]:
