@@ -315,6 +315,8 @@ class DeliveryMachine(RuleBasedStateMachine):
             sub = data.draw(st.sampled_from(self.model.subs))
             flt = DeliveryFilter(subscription=sub.name)
             dead = [d for d in self.model.in_status("dead") if d.sub == sub]
+            listed = self.call(lambda: self.bus.dead_letters(subscription=sub.name))
+            assert [r.id for r in listed] == [d.id for d in dead]
         else:
             ids = sorted(self.model.deliveries)
             chosen = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
@@ -352,8 +354,9 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_matches_model(self) -> None:
-        """Every delivery (status, attempts, replays), the status counts and the number of events."""
-        rows, report = self.call(self.read_store)
+        """Every delivery (status, attempts, replays), the status counts, the number of events,
+        and when each subscription's next claimable delivery is due."""
+        rows, report, next_runs = self.call(self.read_store)
         rows_by_id: dict[int, DeliveryRow] = {r.id: r for r in rows}
         assert set(rows_by_id) == set(self.model.deliveries), "deliveries appeared or disappeared"
         for i, d in self.model.deliveries.items():
@@ -368,9 +371,18 @@ class DeliveryMachine(RuleBasedStateMachine):
         counts = {(r.subscription, r.status): r.count for r in report.rows if r.count}
         assert counts == dict(self.model.counts())
         assert report.events == len(self.model.events)
+        for sub in self.model.subs:
+            self.check_next_run(sub, next_runs[sub.name])
 
-    async def read_store(self) -> tuple[list[DeliveryRow], StatusReport]:
-        """Both reads of the check at once."""
+    def check_next_run(self, sub: Sub, seconds: float | None) -> None:
+        """A worker waits as ``next_run_in`` says: it must see every delivery a claim could take."""
+        due = self.model.next_due(sub)
+        assert (seconds is None) == (due is None), (sub.name, seconds, due)
+        if seconds is not None:
+            assert (seconds <= 0) == due, (sub.name, seconds, due)
+
+    async def read_store(self) -> tuple[list[DeliveryRow], StatusReport, dict[str, float | None]]:
+        """The reads of the check, at once."""
         found: dict[str, Any] = {}
 
         async def read(name: str, fn: Callable[[], Awaitable[Any]]) -> None:
@@ -379,4 +391,6 @@ class DeliveryMachine(RuleBasedStateMachine):
         async with anyio.create_task_group() as tg:
             tg.start_soon(read, "rows", lambda: self.bus.find_deliveries(limit=1000))
             tg.start_soon(read, "status", self.bus.backend.inspect.status)
-        return found["rows"], found["status"]
+            for sub in self.model.subs:
+                tg.start_soon(read, sub.name, lambda sub=sub: self.store.next_run_in(sub.id))
+        return found["rows"], found["status"], {sub.name: found[sub.name] for sub in self.model.subs}

@@ -80,6 +80,13 @@ class Model:
         mine = [d for d in self.deliveries.values() if d.sub == sub]
         return {d.id for d in mine if d.status == "pending" and d.due and self._is_head(d, mine)}
 
+    def next_due(self, sub: Sub) -> bool | None:
+        """What ``next_run_in`` must say of ``sub``: None when no pending delivery could be
+        claimed once due (every key busy or nothing pending), else whether one is due now."""
+        mine = [d for d in self.deliveries.values() if d.sub == sub]
+        heads = [d for d in mine if d.status == "pending" and self._is_head(d, mine)]
+        return any(d.due for d in heads) if heads else None
+
     @staticmethod
     def _is_head(d: Delivery, mine: list[Delivery]) -> bool:
         if d.ordering_key is None:
