@@ -281,8 +281,13 @@ class DeliveryMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model.stale)
     @rule(data=st.data(), how=st.sampled_from(["complete", "fail", "release", "extend"]))
     def stale_result(self, data: st.DataObject, how: str) -> None:
-        """Fencing: a token whose claim ended changes nothing, its follow-ups included."""
-        delivery_id, token = data.draw(st.sampled_from(self.model.stale))
+        """Fencing: a token whose claim ended changes nothing, its follow-ups included.
+
+        Mostly the token of an earlier claim of a delivery that is processing
+        again under a new one: the case fencing is for.
+        """
+        reclaimed = [(i, t) for i, t in self.model.stale if i in {d.id for d in self.processing()}]
+        delivery_id, token = data.draw(st.sampled_from(reclaimed or self.model.stale))
         did = DeliveryId(delivery_id)
         if how == "complete":
             follow_up = (self.outgoing(Spec(None, None)),)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import asyncpg
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from eventbus import Bus, Context, RetryPolicy
@@ -35,6 +35,11 @@ for _name, (_runs, _steps, _) in PROFILES.items():
         stateful_step_count=_steps,
         deadline=None,  # a step's time is the database's, and the machine is shared
         suppress_health_check=[HealthCheck.too_slow],
+        # Shrinking a failure takes minutes of database steps: the default run prints
+        # the failing steps as found (and saves them in .hypothesis/); a medium or long
+        # run replays them first and shrinks them.
+        phases=[p for p in Phase if p != Phase.shrink or _name != "ci"],
+        print_blob=True,
     )
 PROFILE = os.environ.get("EVENTBUS_HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in PROFILES:
