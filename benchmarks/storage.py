@@ -17,10 +17,16 @@ phase's counters are complete when the next one starts):
 Per completed delivery and per phase: updates plus deletes on the bus's
 tables (``n_tup_upd + n_tup_del`` of ``pg_stat_user_tables``, the tuples each
 statement left dead), the dead tuples not yet vacuumed (``n_dead_tup``), WAL
-bytes (``pg_current_wal_lsn()`` difference: cluster-wide, so it includes what
-other sessions wrote meanwhile; the least of several runs is the fairest),
-and the growth of the tables with their indexes (``pg_total_relation_size``).
-The drain rate is a timing, noisy on a loaded machine; the rest are counts.
+bytes, and the growth of the tables with their indexes
+(``pg_total_relation_size``). ``wal_bytes`` is the run's own WAL, read with
+the ``pg_walinspect`` extension (created in the scratch schema, dropped with
+it): the records of the transactions that wrote to the schema's relations,
+commit records included, and the records on those relations written outside
+a transaction (page pruning, vacuum); a temporary replication slot keeps the
+WAL until it is read. ``wal_bytes_cluster`` is the ``pg_current_wal_lsn()``
+difference, which counts what every other session of the server wrote
+meanwhile. The drain rate is a timing, noisy on a loaded machine; the rest
+are counts.
 
 The run is made twice: clean, then with another connection holding a
 ``REPEATABLE READ`` snapshot open (the xmin horizon held back, so nothing
@@ -172,13 +178,25 @@ async def _phase(bus: Bus, phase: str, n: int) -> float:
     return 0.0
 
 
+@contextlib.asynccontextmanager
+async def wal_kept(dsn: str, name: str) -> AsyncIterator[None]:
+    """Keep the WAL written from now on until the block ends (a temporary replication slot),
+    so a checkpoint cannot remove what is still to be read."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT pg_create_physical_replication_slot($1, true, true)", name)
+        yield
+    finally:
+        await conn.close()  # a temporary slot goes with its session
+
+
 async def run(dsn: str, n: int, hold: bool, hold_seconds: float) -> dict[str, Any]:
     """One run (publish, drain, retention) on a fresh schema; per-delivery figures per phase."""
     schema = f"eventbus_storage_{uuid.uuid4().hex[:10]}"
     phases: dict[str, dict[str, Any]] = {}
     rate = 0.0
     try:
-        async with held_horizon(dsn, hold, hold_seconds):
+        async with wal_kept(dsn, schema), held_horizon(dsn, hold, hold_seconds):
             async with _bus(dsn, schema, migrate=True):
                 pass
             before = await counters(dsn, schema)

@@ -82,7 +82,34 @@ async def _counters(dsn: str) -> dict[str, Any]:
         await conn.close()
 
 
-async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float]:
+# The WAL records of the transactions that wrote to this (benchmark-only) database,
+# their commit records included, plus records on its relations without a
+# transaction (page pruning, vacuum): the run's own WAL, whatever other
+# databases of the cluster wrote meanwhile.
+_OWN_WAL = """
+WITH r AS (
+    SELECT xid, record_length,
+           coalesce(block_ref, '') ~ ('rel \\d+/' || (SELECT oid FROM pg_database
+                                                      WHERE datname = current_database()) || '/') AS touches
+    FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
+), ours AS (SELECT DISTINCT xid FROM r WHERE touches AND xid <> 0)
+SELECT coalesce(sum(record_length), 0)::bigint FROM r WHERE touches OR xid IN (SELECT xid FROM ours)
+"""
+
+
+async def own_wal(dsn: str, before: str, after: str) -> int | None:
+    """WAL bytes the run wrote to its database (None without the pg_walinspect extension)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        return int(await conn.fetchval(_OWN_WAL, before, after))
+    except asyncpg.PostgresError:
+        return None
+    finally:
+        await conn.close()
+
+
+async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float | None]:
     """WAL bytes, dead tuples, row writes and commits per event over a drain.
 
     Statistics are read after the worker's connections closed (a backend
@@ -108,7 +135,9 @@ async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float]:
         wal = await conn.fetchval("SELECT $1::text::pg_lsn - $2::text::pg_lsn", after["lsn"], before["lsn"])
     finally:
         await conn.close()
-    per = {k: (after[k] - before[k]) / n for k in ("commits", "writes", "dead")}
+    per: dict[str, float | None] = {k: (after[k] - before[k]) / n for k in ("commits", "writes", "dead")}
+    own = await own_wal(a.dsn, before["lsn"], after["lsn"])
+    per["own_wal_bytes"] = None if own is None else own / n
     print(f"  cost n={n}: wal {float(wal) / n:.0f} B/event {per}", flush=True)
     return {"wal_bytes": float(wal) / n, **per}
 
@@ -190,7 +219,7 @@ async def run_all(
                 system,
                 "cost_per_event",
                 "default",
-                [cost["wal_bytes"]],
+                [float(cost["wal_bytes"] or 0.0)],
                 n=args.n,
                 unit="WAL bytes/event",
                 note=json.dumps(cost),
