@@ -71,7 +71,9 @@ async def counters(dsn: str, schema: str) -> dict[str, Any]:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
-        return dict(await conn.fetchrow(_COUNTERS, schema))
+        row = await conn.fetchrow(_COUNTERS, schema)
+        assert row is not None  # an aggregate returns one row
+        return dict(row)
     finally:
         await conn.close()
 
@@ -246,7 +248,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--n", type=int, default=100_000, help="Deliveries per run.")
     parser.add_argument(

@@ -113,30 +113,42 @@ async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float | 
     """WAL bytes, dead tuples, row writes and commits per event over a drain.
 
     Statistics are read after the worker's connections closed (a backend
-    flushes its counters when it exits), so they cover the whole drain.
+    flushes its counters when it exits), so they cover the whole drain. A
+    temporary replication slot keeps the drain's WAL until it is read.
     """
     a = make()
     await a.open()
+    keeper = await asyncpg.connect(a.dsn)
     try:
-        await enqueue_all(a, n)
-        await analyze_database(a.dsn)
+        await keeper.execute("SELECT pg_create_physical_replication_slot('bench_cost_wal', true, true)")
+        try:
+            await enqueue_all(a, n)
+            await analyze_database(a.dsn)
+            await asyncio.sleep(1.5)
+            before = await _counters(a.dsn)
+            countdown = Countdown(n)
+            await a.start_worker(countdown.hit, 0.0)
+            await countdown.wait(timeout)
+            await a.stop_worker()
+        finally:
+            await a.close()
         await asyncio.sleep(1.5)
-        before = await _counters(a.dsn)
-        countdown = Countdown(n)
-        await a.start_worker(countdown.hit, 0.0)
-        await countdown.wait(timeout)
-        await a.stop_worker()
+        after = await _counters(a.dsn)
+        return await _cost_per_event(a.dsn, before, after, n)
     finally:
-        await a.close()
-    await asyncio.sleep(1.5)
-    after = await _counters(a.dsn)
-    conn = await asyncpg.connect(a.dsn)
+        await keeper.close()  # the temporary slot goes with it
+
+
+async def _cost_per_event(
+    dsn: str, before: dict[str, Any], after: dict[str, Any], n: int
+) -> dict[str, float | None]:
+    conn = await asyncpg.connect(dsn)
     try:
         wal = await conn.fetchval("SELECT $1::text::pg_lsn - $2::text::pg_lsn", after["lsn"], before["lsn"])
     finally:
         await conn.close()
     per: dict[str, float | None] = {k: (after[k] - before[k]) / n for k in ("commits", "writes", "dead")}
-    own = await own_wal(a.dsn, before["lsn"], after["lsn"])
+    own = await own_wal(dsn, before["lsn"], after["lsn"])
     per["own_wal_bytes"] = None if own is None else own / n
     print(f"  cost n={n}: wal {float(wal) / n:.0f} B/event {per}", flush=True)
     return {"wal_bytes": float(wal) / n, **per}
