@@ -147,23 +147,28 @@ async def _retention(bus: Bus) -> None:
 
 
 @contextlib.asynccontextmanager
-async def held_horizon(dsn: str, hold: bool, seconds: float) -> AsyncIterator[None]:
+async def held_horizon(dsn: str, hold: bool, seconds: float) -> AsyncIterator[dict[str, float]]:
     """With ``hold``, a connection keeps a REPEATABLE READ snapshot open for at most ``seconds``."""
+    held = {"held_seconds": 0.0}
     if not hold:
-        yield
+        yield held
         return
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         await conn.fetchval("SELECT 1")  # the snapshot is taken (and xmin held) from here
 
+        started = time.monotonic()
+
         async def release_later() -> None:
             await anyio.sleep(seconds)
             await conn.execute("ROLLBACK")
+            held["released_early"] = 1.0
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(release_later)
-            yield
+            yield held
+            held["held_seconds"] = min(seconds, time.monotonic() - started)
             tg.cancel_scope.cancel()
     finally:
         await conn.close()
@@ -198,7 +203,7 @@ async def run(dsn: str, n: int, hold: bool, hold_seconds: float) -> dict[str, An
     phases: dict[str, dict[str, Any]] = {}
     rate = 0.0
     try:
-        async with wal_kept(dsn, schema), held_horizon(dsn, hold, hold_seconds):
+        async with wal_kept(dsn, schema), held_horizon(dsn, hold, hold_seconds) as held:
             async with _bus(dsn, schema, migrate=True):
                 pass
             before = await counters(dsn, schema)
@@ -213,7 +218,7 @@ async def run(dsn: str, n: int, hold: bool, hold_seconds: float) -> dict[str, An
             await bus.backend.schema.drop()
     phases["total"] = {k: sum(p[k] for p in phases.values()) for k in phases["publish"] if k != "bytes_after"}
     phases["total"]["n_dead_tup_at_end"] = phases["retention"]["n_dead_tup_at_end"]
-    return {"held_xmin": hold, "n": n, "drain_per_second": rate, "per_delivery": phases}
+    return {"held_xmin": hold, **held, "n": n, "drain_per_second": rate, "per_delivery": phases}
 
 
 async def _per_delivery(

@@ -9,9 +9,12 @@ from a hook is logged and ignored, never allowed to lose a result).
 The worker keeps what hooks need about a delivery from its claim to its
 outcome in a :class:`DeliveryTracker`, so each hook gets one
 :class:`DeliveryOutcome` with the ids, timings and result instead of piecing them
-together. While a handler runs, :data:`current_delivery` holds its
-:class:`DeliveryContext`; :mod:`eventbus.logs` copies it into every log
-record the handler writes.
+together. When no hook observes deliveries (the default: only the outcome
+log is attached, and its completion level is off), the worker tracks
+nothing per delivery; a hook added with ``bus.add_hooks`` to a running
+worker is told from the worker's next claim on. While a handler runs,
+:data:`current_delivery` holds its :class:`DeliveryContext` either way;
+:mod:`eventbus.logs` copies it into every log record the handler writes.
 """
 
 from __future__ import annotations
