@@ -361,7 +361,7 @@ class DeliveryTracker:
     def written(self, results: Sequence[Completion | Failure], accepted: Collection[LeaseKey]) -> None:
         """Results the database accepted (their (delivery, token) in ``accepted``) or refused."""
         tracked, durations = self._tracked, self._durations
-        if not tracked:
+        if not tracked and not durations:
             return  # only tracked deliveries are reported
         for result in results:
             entry = tracked.pop(result.delivery_id, None)
@@ -394,7 +394,7 @@ class DeliveryTracker:
 
     def forget(self, ids: Sequence[DeliveryId]) -> None:
         """Deliveries handed back without a result."""
-        if not self._tracked:
+        if not self._tracked and not self._durations:
             return
         for delivery_id in ids:
             self._tracked.pop(delivery_id, None)
