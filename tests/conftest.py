@@ -40,9 +40,16 @@ POOLED_SESSION = "postgres-pgbouncer-session"
 POOLER_MARK = "pooler"
 """The mark of a backend test that also runs through PgBouncer without ``--backend``: one whose
 code behaves differently behind a transaction pooler (tests/contract/README.md)."""
-# Folders whose tests start first, so the slowest (real processes, kills,
-# restarts) spread over the xdist workers instead of queuing at the end.
-FIRST = ("tests/faults/", "tests/integration/")
+# Folders and files whose tests start first, so the slowest (real processes,
+# kills, restarts, a browser) spread over the xdist workers instead of queuing
+# at the end.
+FIRST = (
+    "tests/faults/",
+    "tests/integration/",
+    "tests/features/web/test_browser.py",
+    "tests/features/workflows/test_processes.py",
+    "tests/features/schedules/test_workers.py",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
