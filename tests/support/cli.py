@@ -130,7 +130,7 @@ def run_cli(
 def _child(request: dict[str, Any]) -> None:
     """In the forked child: become ``python -m eventbus <argv>`` and exit with its code."""
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-    sys.stdin = sys.__stdin__ = open(0, closefd=False)
+    sys.stdin = open(0, closefd=False)  # the process's stdin until it exits
     os.dup2(os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
     os.dup2(os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
     os.environ.clear()
