@@ -18,7 +18,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from eventbus.backends._sql import load_queries
+from eventbus._priority import DEFAULT_PRIORITY_STEP_SECONDS
+from eventbus.backends._sql import load_queries, with_priority_step
 from eventbus.backends.sqlite import SQLiteBackend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +43,8 @@ async def test_every_sqlite_query_prepares(tmp_path: Path) -> None:
     failed: dict[str, str] = {}
     try:
         conn.execute("BEGIN")
-        for name, sql in load_queries("sqlite", "main").items():
+        queries = with_priority_step(load_queries("sqlite", "main"), DEFAULT_PRIORITY_STEP_SECONDS)
+        for name, sql in queries.items():
             try:
                 conn.execute(f"EXPLAIN {sql}", _Nulls()).fetchall()
             except sqlite3.Error as exc:
