@@ -143,7 +143,7 @@ class Context:
         run again after a crash starts nothing twice. Applied as
         ``bus.workflows.start(machine, checkpoint, once=once)`` applies it: a
         live run of the key is left alone, and with ``once`` a completed one too.
-        ``priority`` is that of the run's first step, as in ``bus.workflows.start``.
+        ``priority`` is the run's, for every step of it, as in ``bus.workflows.start``.
         The checkpoint is checked here: a wrong type or key raises
         :class:`ConfigurationError` (:class:`UnknownMachine` for a machine the
         bus does not include) in the handler.

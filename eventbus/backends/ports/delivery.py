@@ -118,7 +118,7 @@ class WorkflowStart(msgspec.Struct, frozen=True):
     checkpoint: bytes
     once: bool = False
     priority: int = 0
-    """The priority of the run's first step."""
+    """The run's priority: kept on the instance, every step of the run is published with it."""
 
 
 class Completion(msgspec.Struct, frozen=True):

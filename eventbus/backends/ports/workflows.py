@@ -219,7 +219,9 @@ class WorkflowStore(Protocol):
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step.
 
-        The first step is published with ``priority`` (the run's later steps at 0).
+        ``priority`` is stored on the run (a new run of the key takes it), and
+        every step of the run is published with it: the first, and each one a
+        transition, a signal, a decision, a child's end or a sweep publishes.
 
         Returns the instance and whether a run was started; a live run is left
         alone and returned with False, and so, with ``once``, is a run that
