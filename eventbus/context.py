@@ -77,6 +77,11 @@ class Context:
         return self._delivery.lease_token
 
     @property
+    def priority(self) -> int:
+        """The priority the event was published with (0 to 9, lower first)."""
+        return self._delivery.priority
+
+    @property
     def attempt(self) -> int:
         """1 on the first run of this delivery."""
         return self._delivery.attempts

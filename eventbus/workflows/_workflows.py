@@ -190,10 +190,10 @@ class Workflows:
         return {f"wf.{n}" for n in self.machines} | {f"wf.{n}.start" for n in self.machines}
 
     def _scheduled_start(self, m: Machine[Any]) -> Callable[[StartEvent, Context], Awaitable[None]]:
-        """The handler of a machine's start events (fired by schedules): start a run."""
+        """The handler of a machine's start events (fired by schedules): a run at the event's priority."""
 
         async def start(event: StartEvent, ctx: Context) -> None:
-            await self.start(m, m.decode(event.checkpoint.encode()))
+            await self.start(m, m.decode(event.checkpoint.encode()), priority=ctx.priority)
 
         return start
 

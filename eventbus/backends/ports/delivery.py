@@ -103,6 +103,8 @@ class ClaimedDelivery(msgspec.Struct):
     """The event whose handler emitted this one."""
     event_version: int = 1
     """The version the event was published at."""
+    priority: int = 0
+    """The priority the event was published with."""
 
 
 class WorkflowStart(msgspec.Struct, frozen=True):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -16,9 +17,11 @@ from eventbus.backends.base import (
     WorkflowStart,
     WorkflowTransition,
 )
+from eventbus.testing import drain
 from eventbus.workflows import Machine, StepContext, Yield
 
 from ...conftest import BusFactory, Target
+from ...features.schedules._support import db_now, rewind
 from ...features.workflows._support import finish, run_until, status_is, step_deliveries
 
 STEP_SECONDS = 60.0  # the default priority step: a delivery's priority_wait is its priority times this
@@ -213,6 +216,39 @@ async def test_a_run_keeps_its_priority_through_a_revisit_a_signal_and_its_child
     assert {(p, w) for _, p, w in await _steps(bus, "prio_job", "plain")} == {(0, 0.0)}, "the default stays 0"
     ids = [i for found in (await step_deliveries(bus, "prio_job", "high")).values() for i in found]
     assert len(ids) == len(steps) and {(await bus.delivery(i)).priority for i in ids} == {5}
+
+
+# -- starts fired by schedules ------------------------------------------------------------
+
+
+def _daily(when: datetime) -> Kid:
+    return Kid(key=f"daily@{when.date().isoformat()}")
+
+
+def _per_tenant(tenant: str, when: datetime) -> Kid:
+    return Kid(key=f"{tenant}@{when.date().isoformat()}")
+
+
+async def test_a_schedule_and_a_fan_out_start_runs_at_their_priority(bus: Bus, target: Target) -> None:
+    bus.include(prio_kid)
+    now = await db_now(target)
+    day = timedelta(days=1)
+    bus.schedule("prio-daily", start=prio_kid, checkpoint=_daily, every=day, anchor=now, priority=4)
+    bus.schedule(
+        "prio-tenants", start=prio_kid, checkpoint=_per_tenant, every=day, anchor=now,
+        for_each=lambda: ["acme", "globex"], priority=2,
+    )  # fmt: skip
+    await bus.schedules.declare()
+    for name in ("prio-daily", "prio-tenants"):
+        await rewind(target, name, 86400)
+    assert (await bus.schedules.tick()).fired == 2
+    await drain(bus)
+    runs = {i.key.split("@")[0]: i for i in await bus.workflows.instances(prio_kid)}
+    assert {k: (i.status, i.priority) for k, i in runs.items()} == {
+        "daily": ("completed", 4), "acme": ("completed", 2), "globex": ("completed", 2),
+    }  # fmt: skip
+    for key, run in runs.items():
+        assert {p for _, p, _ in await _steps(bus, "prio_kid", run.key)} == {run.priority}, key
 
 
 # -- the migration over runs stored before it --------------------------------------------
