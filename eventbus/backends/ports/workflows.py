@@ -71,6 +71,8 @@ def workflow_step(
     Its dedupe key names the version and the reason, so each cause publishes
     at most one step per version; its ordering key is the instance, so the
     machine's ordered subscription never runs two visits of it at once.
+    ``priority`` is the run's (``WorkflowInstance.priority``): each step a
+    backend publishes for a run takes it from the row the same write reads.
     """
     return OutgoingEvent(
         event_type=f"wf.step.{machine}",
