@@ -1,0 +1,104 @@
+"""The delivery contract against a model, in random interleavings of every step (Hypothesis).
+
+``EVENTBUS_HYPOTHESIS_PROFILE`` picks how hard it looks: ``ci`` (the default,
+a few seconds per backend) or ``long`` (thousands of longer runs, on demand;
+see tests/contract/README.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable
+
+import asyncpg
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from eventbus import Bus, Context, RetryPolicy
+
+from ...conftest import Target
+from .machine import DeliveryMachine, Harness, Item
+from .model import Sub
+
+TABLES = ("delivery_attempts", "deliveries", "events", "kept_keys")
+"""What an example leaves behind; deleting it is far cheaper than a new schema per example."""
+
+PROFILES = {"ci": (40, 15, 120), "medium": (300, 40, 3600), "long": (2000, 80, 4 * 3600)}
+"""Profile: (runs, steps per run at most, the test's timeout in seconds)."""
+for _name, (_runs, _steps, _) in PROFILES.items():
+    settings.register_profile(
+        _name,
+        max_examples=_runs,
+        stateful_step_count=_steps,
+        deadline=None,  # a step's time is the database's, and the machine is shared
+        suppress_health_check=[HealthCheck.too_slow],
+        # Shrinking a failure takes minutes of database steps: the default run prints
+        # the failing steps as found (and saves them in .hypothesis/); a medium or long
+        # run replays them first and shrinks them.
+        phases=[p for p in Phase if p != Phase.shrink or _name != "ci"],
+        print_blob=True,
+    )
+PROFILE = os.environ.get("EVENTBUS_HYPOTHESIS_PROFILE", "ci")
+if PROFILE not in PROFILES:
+    raise pytest.UsageError(f"EVENTBUS_HYPOTHESIS_PROFILE={PROFILE!r}: use one of {', '.join(PROFILES)}")
+BACKENDS = ["sqlite", "postgres"] + ([] if PROFILE == "ci" else ["postgres-pgbouncer"])
+"""The longer runs go through PgBouncer in transaction mode too."""
+
+
+def _subscribe(bus: Bus) -> None:
+    """Two subscriptions of one type that no worker serves: one plain, one FIFO per key."""
+
+    async def ignore(event: Item, ctx: Context) -> None:
+        raise AssertionError("no worker runs in the model test")
+
+    bus.subscribe(Item, name="plain", retry=RetryPolicy(max_attempts=3))(ignore)
+    bus.subscribe(Item, name="fifo", ordered=True, retry=RetryPolicy(max_attempts=2))(ignore)
+
+
+async def _open(target: Target) -> tuple[Bus, tuple[Sub, ...]]:
+    bus = target.bus()
+    await bus.migrate()
+    _subscribe(bus)
+    ids = await bus.register()
+    subs = (Sub("plain", ids["plain"], False, 3), Sub("fifo", ids["fifo"], True, 2))
+    return bus, subs
+
+
+def _sqlite_reset(target: Target) -> Callable[[], None]:
+    path = target.dsn.removeprefix("sqlite:///")
+
+    def reset() -> None:
+        with sqlite3.connect(path, timeout=10) as conn:
+            for table in TABLES:
+                conn.execute(f"DELETE FROM {table}")  # fixed names
+
+    return reset
+
+
+def _postgres_reset(target: Target, conn: asyncpg.Connection, portal: BlockingPortal) -> Callable[[], None]:
+    names = ", ".join(f"{target.schema}.{t}" for t in TABLES)
+
+    def reset() -> None:
+        portal.call(conn.execute, f"TRUNCATE {names}")
+
+    return reset
+
+
+@pytest.mark.parametrize("backend_kind", BACKENDS, indirect=True)
+@pytest.mark.timeout(PROFILES[PROFILE][2])
+def test_the_delivery_contract_holds_in_any_interleaving(target: Target) -> None:
+    with start_blocking_portal() as portal:
+        bus, subs = portal.call(_open, target)
+        conn = None if target.kind == "sqlite" else portal.call(asyncpg.connect, target.direct_dsn)
+        try:
+            reset = _sqlite_reset(target) if conn is None else _postgres_reset(target, conn, portal)
+            harness = Harness(portal, bus, subs, reset)
+            machine = type("DeliveryContract", (DeliveryMachine,), {"harness": harness})
+            run_state_machine_as_test(machine, settings=settings.get_profile(PROFILE))
+        finally:
+            if conn is not None:
+                portal.call(conn.close)
+            portal.call(bus.aclose)
