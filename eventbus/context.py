@@ -77,6 +77,11 @@ class Context:
         return self._delivery.lease_token
 
     @property
+    def priority(self) -> int:
+        """The priority the event was published with (0 to 9, lower first)."""
+        return self._delivery.priority
+
+    @property
     def attempt(self) -> int:
         """1 on the first run of this delivery."""
         return self._delivery.attempts
@@ -143,7 +148,7 @@ class Context:
         run again after a crash starts nothing twice. Applied as
         ``bus.workflows.start(machine, checkpoint, once=once)`` applies it: a
         live run of the key is left alone, and with ``once`` a completed one too.
-        ``priority`` is that of the run's first step, as in ``bus.workflows.start``.
+        ``priority`` is the run's, for every step of it, as in ``bus.workflows.start``.
         The checkpoint is checked here: a wrong type or key raises
         :class:`ConfigurationError` (:class:`UnknownMachine` for a machine the
         bus does not include) in the handler.

@@ -370,6 +370,7 @@ def _claimed_of(detail: DeliveryDetail, lease_token: str) -> ClaimedDelivery:
         run_at=detail.run_at,
         causation_id=detail.causation_id,
         event_version=detail.event_version,
+        priority=detail.priority,
     )
 
 

@@ -432,6 +432,8 @@ class WorkflowInstance(msgspec.Struct, frozen=True):
     children_wait: int | None = None
     """The ``children_ended`` count a run waiting on its children wakes at (None: it waits on none)."""
     has_children: bool = False
+    priority: int = 0
+    """The run's priority (0 to 9, lower first), given by its start: each step of the run has it."""
 
 
 class WorkflowChildRow(msgspec.Struct, frozen=True):

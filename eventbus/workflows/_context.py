@@ -23,7 +23,9 @@ class Family(Protocol):
     @property
     def machines(self) -> Mapping[str, Any]: ...
 
-    def prepare(self, machine: Any, checkpoint: Any, *, once: bool = False) -> WorkflowStart: ...
+    def prepare(
+        self, machine: Any, checkpoint: Any, *, once: bool = False, priority: int = 0
+    ) -> WorkflowStart: ...
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,8 @@ class StepContext:
 
     __slots__ = (
         "_children", "_compensations", "_connection", "_family", "_may_start", "_signals", "approval",
-        "attempt", "consumed", "effects", "key", "machine", "op_key", "run_id", "starts", "state",
-        "version", "visit",
+        "attempt", "consumed", "effects", "key", "machine", "op_key", "priority", "run_id", "starts",
+        "state", "version", "visit",
     )  # fmt: skip
 
     machine: str
@@ -97,6 +99,8 @@ class StepContext:
     signals are kept per run: pass it back as ``signal(run_id=…)``."""
     version: int
     """The instance's version this visit read: its commit is guarded by it."""
+    priority: int
+    """The run's priority (0 to 9, lower first): every step of the run is published with it."""
     state: str
     """The state being visited (``COMPENSATING`` for a compensation)."""
     visit: int
@@ -137,6 +141,7 @@ class StepContext:
         self.key = instance.key
         self.run_id = instance.run_id
         self.version = instance.version
+        self.priority = instance.priority
         self.state = state
         self.visit = visit
         self.attempt = attempt
@@ -196,7 +201,9 @@ class StepContext:
             )
         )
 
-    def start(self, machine: Any, checkpoint: Any, *, once: bool = False) -> None:
+    def start(
+        self, machine: Any, checkpoint: Any, *, once: bool = False, priority: int | None = None
+    ) -> None:
         """Start a child run of ``machine`` (included in the bus; one of the state's ``children``),
         committed with this visit's transition.
 
@@ -206,8 +213,11 @@ class StepContext:
         ``bus.workflows.start``: a live run of the key is left alone (and, with
         ``once``, a completed one); this run then waits on that run instead.
         The child's end is an outcome this run reads in :attr:`children`.
+        ``priority`` is the child run's, for its whole life (None, the default:
+        this run's :attr:`priority`, so a run's children keep its place).
 
         :raises UnknownMachine: the machine is not included in the bus.
+        :raises InvalidPriority: ``priority`` is not None or an int from 0 to 9.
         :raises ConfigurationError: the machine is not in the state's
             ``children=``, or the checkpoint is not its type or has a bad key.
         """
@@ -218,7 +228,8 @@ class StepContext:
             raise ConfigurationError(
                 f"state {self.state!r} of {self.machine!r} starts {name!r}: declare it in children="
             )
-        self.starts.append(self._family.prepare(machine, checkpoint, once=once))
+        chosen = self.priority if priority is None else priority
+        self.starts.append(self._family.prepare(machine, checkpoint, once=once, priority=chosen))
 
     @property
     def children(self) -> list[Child]:

@@ -90,6 +90,8 @@ class Instance(Generic[C]):
     state_entered_at: datetime
     updated_at: datetime
     held_state: str | None
+    priority: int = 0
+    """The run's priority (0 to 9, lower first): every step of the run is published with it."""
 
     @classmethod
     def of(cls, m: Machine[Any], row: WorkflowInstance) -> Instance[Any]:
@@ -109,6 +111,7 @@ class Instance(Generic[C]):
             state_entered_at=row.state_entered_at,
             updated_at=row.updated_at,
             held_state=row.held_state,
+            priority=row.priority,
         )
 
 
@@ -187,10 +190,10 @@ class Workflows:
         return {f"wf.{n}" for n in self.machines} | {f"wf.{n}.start" for n in self.machines}
 
     def _scheduled_start(self, m: Machine[Any]) -> Callable[[StartEvent, Context], Awaitable[None]]:
-        """The handler of a machine's start events (fired by schedules): start a run."""
+        """The handler of a machine's start events (fired by schedules): a run at the event's priority."""
 
         async def start(event: StartEvent, ctx: Context) -> None:
-            await self.start(m, m.decode(event.checkpoint.encode()))
+            await self.start(m, m.decode(event.checkpoint.encode()), priority=ctx.priority)
 
         return start
 
@@ -217,8 +220,12 @@ class Workflows:
         The choice is one guarded statement: of concurrent starts of a key,
         exactly one starts a run.
 
-        ``priority`` (0 to 9, as in ``bus.publish``) is that of the run's first
-        step within the machine's step subscription; its later steps run at 0.
+        ``priority`` (0 to 9, as in ``bus.publish``) is the run's, for its whole
+        life: every step of the run (the first, each transition's, a wake-up by
+        a signal, an approval, a timer or its children, a visit's retry) is
+        published with it within the machine's step subscription. It is stored
+        on the run (``Instance.priority``); a new run of the key takes the
+        priority of the start that begins it.
 
         :raises InvalidPriority: ``priority`` is not an int from 0 to 9.
         :raises ConfigurationError: the checkpoint is not the machine's type, or

@@ -103,6 +103,8 @@ class ClaimedDelivery(msgspec.Struct):
     """The event whose handler emitted this one."""
     event_version: int = 1
     """The version the event was published at."""
+    priority: int = 0
+    """The priority the event was published with."""
 
 
 class WorkflowStart(msgspec.Struct, frozen=True):
@@ -118,7 +120,7 @@ class WorkflowStart(msgspec.Struct, frozen=True):
     checkpoint: bytes
     once: bool = False
     priority: int = 0
-    """The priority of the run's first step."""
+    """The run's priority: kept on the instance, every step of the run is published with it."""
 
 
 class Completion(msgspec.Struct, frozen=True):

@@ -71,6 +71,8 @@ def workflow_step(
     Its dedupe key names the version and the reason, so each cause publishes
     at most one step per version; its ordering key is the instance, so the
     machine's ordered subscription never runs two visits of it at once.
+    ``priority`` is the run's (``WorkflowInstance.priority``): each step a
+    backend publishes for a run takes it from the row the same write reads.
     """
     return OutgoingEvent(
         event_type=f"wf.step.{machine}",
@@ -219,7 +221,9 @@ class WorkflowStore(Protocol):
     ) -> tuple[WorkflowInstance, bool]:
         """Create the instance (or a new run of a finished one) and publish its first step.
 
-        The first step is published with ``priority`` (the run's later steps at 0).
+        ``priority`` is stored on the run (a new run of the key takes it), and
+        every step of the run is published with it: the first, and each one a
+        transition, a signal, a decision, a child's end or a sweep publishes.
 
         Returns the instance and whether a run was started; a live run is left
         alone and returned with False, and so, with ``once``, is a run that

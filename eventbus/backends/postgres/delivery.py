@@ -69,6 +69,7 @@ def _claimed(rows: Sequence[asyncpg.Record], subscription_id: int, token: str) -
             run_at=r["run_at"],
             causation_id=r["causation_id"],
             event_version=r["version"],
+            priority=r["priority"],
         )
         for r in rows
     ]

@@ -118,7 +118,9 @@ async def end_children(db: PgDb, conn: Any, ended: Sequence[tuple[str, str]]) ->
     if not ended:
         return
     rows = await conn.fetch(db.q["wf_children_end"], [m for m, _ in ended], [k for _, k in ended])
-    steps = [workflow_step(r["machine"], r["key"], r["version"], "children") for r in rows]
+    steps = [
+        workflow_step(r["machine"], r["key"], r["version"], "children", priority=r["priority"]) for r in rows
+    ]
     if steps:
         await publish_steps(db, conn, steps)
 
@@ -141,7 +143,7 @@ async def start_on(db: PgDb, conn: Any, s: WorkflowStart) -> WorkflowInstance | 
 
     Used by :meth:`PgWorkflows.start` and by a completion that starts runs.
     """
-    row = await conn.fetchrow(db.q["wf_start"], s.machine, s.key, s.state, s.checkpoint, s.once)
+    row = await conn.fetchrow(db.q["wf_start"], s.machine, s.key, s.state, s.checkpoint, s.once, s.priority)
     if row is None:
         if s.once:
             await conn.execute(db.q["wf_keep"], s.machine, s.key)
@@ -223,7 +225,10 @@ class PgWorkflows:
         async with self.db.tx() as conn:
             if plain:
                 columns = [list(c) for c in zip(*(_batch_row(ts[i]) for i in plain), strict=True)]
-                for row in await conn.fetch(self.q["wf_move_batch"], *columns, self.db.channel):
+                found = await conn.fetch(
+                    self.q["wf_move_batch"], *columns, self.db.channel, self.db.priority_step
+                )
+                for row in found:
                     out[plain[row["ord"] - 1]] = int(row["version"])
                 await end_children(self.db, conn, _moved_ends(ts, plain, out))
             for i, t in enumerate(ts):
@@ -232,9 +237,10 @@ class PgWorkflows:
         return out
 
     async def commit_on(self, conn: Any, t: WorkflowTransition) -> int | None:
-        version = await conn.fetchval(self.q["wf_move"], *_move_args(t))
-        if version is None:
+        moved = await conn.fetchrow(self.q["wf_move"], *_move_args(t))
+        if moved is None:
             return None
+        version, priority = moved["version"], moved["priority"]
         await self._ledger(conn, t, version)
         woken = await self._family(conn, t)
         step, delay = t.step, t.step_delay
@@ -245,7 +251,7 @@ class PgWorkflows:
         if woken and (step is None or delay > 0):
             step, delay = step or "children", 0.0
         if step is not None:
-            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, step, delay)])
+            await self._publish_steps(conn, [workflow_step(t.machine, t.key, version, step, delay, priority)])
         return int(version)
 
     async def _family(self, conn: Any, t: WorkflowTransition) -> bool:
@@ -270,13 +276,16 @@ class PgWorkflows:
         """Start child runs in one statement (each key once, sorted); the (machine, key) of those started."""
         unique = sorted({(s.machine, s.key): s for s in reversed(starts)}.items())
         columns = [[s.machine for _, s in unique], [s.key for _, s in unique], [s.state for _, s in unique],
-                   [s.checkpoint for _, s in unique], [s.once for _, s in unique]]  # fmt: skip
+                   [s.checkpoint for _, s in unique], [s.once for _, s in unique],
+                   [s.priority for _, s in unique]]  # fmt: skip
         rows = await conn.fetch(self.q["wf_start_many"], *columns)
         started = {(r["machine"], r["key"]) for r in rows}
         for key, s in unique:
             if s.once and key not in started:
                 await conn.execute(self.q["wf_keep"], s.machine, s.key)
-        steps = [workflow_step(r["machine"], r["key"], r["version"], "start") for r in rows]
+        steps = [
+            workflow_step(r["machine"], r["key"], r["version"], "start", priority=r["priority"]) for r in rows
+        ]
         if steps:
             await self._publish_steps(conn, steps)
         return started
@@ -356,7 +365,9 @@ class PgWorkflows:
             if new_id is None:
                 return "duplicate"
             if pointer["status"] == "waiting" and pointer["state"] in wake_states:
-                step = workflow_step(machine, key, pointer["version"], f"signal-{new_id}")
+                step = workflow_step(
+                    machine, key, pointer["version"], f"signal-{new_id}", priority=pointer["priority"]
+                )
                 await self._publish_steps(conn, [step])
         return "sent"
 
@@ -386,7 +397,11 @@ class PgWorkflows:
                 return None
             if pointer is not None and pointer["status"] == "waiting_approval":
                 step = workflow_step(
-                    row["machine"], row["key"], pointer["version"], f"approval-{approval_id}"
+                    row["machine"],
+                    row["key"],
+                    pointer["version"],
+                    f"approval-{approval_id}",
+                    priority=pointer["priority"],
                 )
                 await self._publish_steps(conn, [step])
         return row_as(WorkflowApprovalRow, decided)
@@ -402,7 +417,9 @@ class PgWorkflows:
         reason = f"sweep-{int(time.time())}"
         async with self.db.tx() as conn:
             rows = await conn.fetch(self.q["wf_sweep"], machine, grace_seconds, limit)
-            steps = [workflow_step(machine, r["key"], r["version"], reason) for r in rows]
+            steps = [
+                workflow_step(machine, r["key"], r["version"], reason, priority=r["priority"]) for r in rows
+            ]
             if steps:
                 await self._publish_steps(conn, steps)
         return len(steps)

@@ -189,6 +189,7 @@ def claimed_of(d: Row, e: Row, subscription_id: int, token: str) -> ClaimedDeliv
         run_at=to_time(d["run_at"]),
         causation_id=e["causation_id"],
         event_version=e["version"],
+        priority=e["priority"],
     )
 
 

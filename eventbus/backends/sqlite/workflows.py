@@ -253,7 +253,7 @@ def start_on(
     """
     params = {
         "machine": s.machine, "key": s.key, "state": s.state, "checkpoint": s.checkpoint,
-        "once": int(s.once), "now": now,
+        "once": int(s.once), "priority": s.priority, "now": now,
     }  # fmt: skip
     rows = conn.execute(q["wf_start"], params).fetchall()
     if not rows:
@@ -286,7 +286,7 @@ def commit(
     moved = conn.execute(q["wf_move"], params).fetchall()
     if not moved:
         return None, set()
-    version, run_id = int(moved[0][0]), int(moved[0][1])
+    version, run_id, priority = int(moved[0][0]), int(moved[0][1]), int(moved[0][2])
     conn.execute(q["wf_history_insert"], {**params, "version": version, "run_id": run_id})
     _ledger(conn, q, now, t, version)
     woken, types = _family(conn, q, now, t)
@@ -299,7 +299,7 @@ def commit(
         step, delay = step or "children", 0.0
     if step is None:
         return version, types
-    _, more = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, step, delay)])
+    _, more = publish_steps(conn, q, now, [workflow_step(t.machine, t.key, version, step, delay, priority)])
     return version, types | more
 
 
@@ -359,7 +359,11 @@ def end_children(
                 and row["status"] == "waiting"
                 and row["children_ended"] == row["children_wait"]
             ):
-                steps.append(workflow_step(row["machine"], row["key"], row["version"], "children"))
+                steps.append(
+                    workflow_step(
+                        row["machine"], row["key"], row["version"], "children", priority=row["priority"]
+                    )
+                )
     if not steps:
         return set()
     _, types = publish_steps(conn, q, now, steps)
@@ -420,7 +424,10 @@ def signal(
         return "duplicate", set()
     if pointer["status"] != "waiting" or pointer["state"] not in wake_states:
         return "sent", set()
-    step = workflow_step(params["machine"], params["key"], pointer["version"], f"signal-{inserted[0][0]}")
+    reason = f"signal-{inserted[0][0]}"
+    step = workflow_step(
+        params["machine"], params["key"], pointer["version"], reason, priority=pointer["priority"]
+    )
     _, types = publish_steps(conn, q, now, [step])
     return "sent", types
 
@@ -452,7 +459,8 @@ def decide(
     pointer = conn.execute(q["wf_lock"], {"machine": row["machine"], "key": row["key"]}).fetchone()
     if pointer is None or pointer["status"] != "waiting_approval":
         return row_as(WorkflowApprovalRow, row), set()
-    step = workflow_step(row["machine"], row["key"], pointer["version"], f"approval-{row['id']}")
+    reason = f"approval-{row['id']}"
+    step = workflow_step(row["machine"], row["key"], pointer["version"], reason, priority=pointer["priority"])
     _, types = publish_steps(conn, q, now, [step])
     return row_as(WorkflowApprovalRow, row), types
 
@@ -463,7 +471,7 @@ def sweep(
     params = {"machine": machine, "grace_seconds": grace_seconds, "limit": limit, "now": now}
     rows = conn.execute(q["wf_sweep"], params).fetchall()
     reason = f"sweep-{int(time.time())}"
-    steps = [workflow_step(machine, r["key"], r["version"], reason) for r in rows]
+    steps = [workflow_step(machine, r["key"], r["version"], reason, priority=r["priority"]) for r in rows]
     if not steps:
         return 0, set()
     _, types = publish_steps(conn, q, now, steps)

@@ -237,7 +237,7 @@ WITH claimed AS (
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
-       e.version, c.place
+       e.version, e.priority, c.place
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.place, c.run_at, c.id;
 
@@ -268,7 +268,7 @@ WITH claimed AS (
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
-       e.version, c.place
+       e.version, e.priority, c.place
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.place, c.run_at, c.id;
 
@@ -314,7 +314,7 @@ WITH claimed AS (
 )
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
-       e.version, c.place
+       e.version, e.priority, c.place
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.place, c.run_at, c.id;
 

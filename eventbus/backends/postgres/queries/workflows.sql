@@ -68,10 +68,13 @@ ORDER BY c.parent_key, c.seq;
 -- untouched and returns no row: starting is idempotent per key. With $5
 -- (start once), a completed run is untouched too. The conflict takes the row
 -- lock before the WHERE is read, so of concurrent starts exactly one begins.
-INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept)
-VALUES ($1, $2, $3, 'pending', $4, now(), $5)
+-- $6 is the run's priority: a new run of the key takes the new start's.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept,
+                                        priority)
+VALUES ($1, $2, $3, 'pending', $4, now(), $5, $6)
 ON CONFLICT (machine, key) DO UPDATE
 SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+    priority = EXCLUDED.priority,
     visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
     state_entered_at = now(), run_started_at = now(), updated_at = now(),
@@ -84,18 +87,21 @@ RETURNING i.*, now() AS now, false AS has_signals;
 -- round trip, where one per child bounded a fan-out of thousands): each key
 -- is guarded as wf_start guards it ($5 is each start's once). The caller
 -- passes each key once, sorted, so concurrent fan-outs lock in one order.
-INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept)
-SELECT t.machine, t.key, t.state, 'pending', t.checkpoint, now(), t.once
-FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::boolean[])
-     AS t(machine, key, state, checkpoint, once)
+-- $6 is each run's priority, returned for its first step.
+INSERT INTO {schema}.wf_instances AS i (machine, key, state, status, checkpoint, next_run_at, kept,
+                                        priority)
+SELECT t.machine, t.key, t.state, 'pending', t.checkpoint, now(), t.once, t.priority
+FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::boolean[], $6::smallint[])
+     AS t(machine, key, state, checkpoint, once, priority)
 ON CONFLICT (machine, key) DO UPDATE
 SET run_id = i.run_id + 1, kept = i.kept OR EXCLUDED.kept, state = EXCLUDED.state, status = 'pending', version = i.version + 1,
+    priority = EXCLUDED.priority,
     visits = '{}', attempts = 0, checkpoint = EXCLUDED.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = now(),
     state_entered_at = now(), run_started_at = now(), updated_at = now(),
     children_ended = 0, children_wait = NULL
 WHERE i.status IN ('completed', 'failed', 'cancelled') AND NOT (EXCLUDED.kept AND i.status = 'completed')
-RETURNING i.machine, i.key, i.version;
+RETURNING i.machine, i.key, i.version, i.priority;
 
 -- name: wf_keep
 -- A start with once=True found the key's run completed (started without
@@ -107,6 +113,8 @@ WHERE machine = $1 AND key = $2 AND status = 'completed' AND NOT kept;
 -- The guarded transition and its history row in one statement: only from the
 -- version that was read and, for a visit, only while its delivery's lease
 -- holds. No row back means a stale visit; the caller writes nothing else.
+-- The run's priority comes back with the version: the next step is
+-- published with it, without reading the row again.
 WITH moved AS (
     UPDATE {schema}.wf_instances
     SET state = $3, status = $4, version = version + 1, visits = $5, attempts = $6,
@@ -122,21 +130,25 @@ WITH moved AS (
       AND ($16::bigint IS NULL OR EXISTS (
             SELECT 1 FROM {schema}.deliveries d
             WHERE d.id = $16::bigint AND d.lease_token = $17::uuid AND d.status = 'processing'))
-    RETURNING version, run_id
+    RETURNING version, run_id, priority
+), hist AS (
+    INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome, next_state,
+                                     yielded, error_code, error, actor, reason, delivery_id, started_at)
+    SELECT $1, $2, moved.run_id, moved.version, $18, $19, $20, $3, $21, $22, $23, $24, $25, $26,
+           COALESCE(to_timestamp($27::float8), now())
+    FROM moved
+    RETURNING 1
 )
-INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome, next_state,
-                                 yielded, error_code, error, actor, reason, delivery_id, started_at)
-SELECT $1, $2, moved.run_id, moved.version, $18, $19, $20, $3, $21, $22, $23, $24, $25, $26,
-       COALESCE(to_timestamp($27::float8), now())
-FROM moved
-RETURNING version;
+SELECT version, priority, (SELECT count(*) FROM hist) AS written FROM moved;
 
 -- name: wf_move_batch
 -- wf_move for a whole batch of transitions that write nothing else, in one
 -- statement (one round trip per batch, where one statement per transition
 -- cost most of a visit): each row is guarded on its own version and lease;
 -- the rows that moved get their history row and their next step event
--- (inserted, fanned out, NOTIFY once per type, as `publish` does). Returns the
+-- (inserted, fanned out, NOTIFY once per type, as `publish` does), at the
+-- run's priority read from the row it moves ($31: the seconds a priority
+-- level is worth, for the deliveries' priority_wait). Returns the
 -- input position and new version of each row that moved; a missing position
 -- was refused.
 WITH input AS (
@@ -167,7 +179,7 @@ WITH input AS (
       AND (t.lease_id IS NULL OR EXISTS (
             SELECT 1 FROM {schema}.deliveries d
             WHERE d.id = t.lease_id AND d.lease_token = t.lease_token AND d.status = 'processing'))
-    RETURNING t.ord, i.version, i.run_id
+    RETURNING t.ord, i.version, i.run_id, i.priority
 ), hist AS (
     INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome,
                                      next_state, yielded, error_code, error, actor, reason,
@@ -178,19 +190,20 @@ WITH input AS (
     FROM moved m JOIN input t ON t.ord = m.ord
     RETURNING 1
 ), step AS (
-    INSERT INTO {schema}.events (event_type, key, payload, ordering_key, deliver_at)
+    INSERT INTO {schema}.events (event_type, key, payload, ordering_key, deliver_at, priority)
     SELECT 'wf.step.' || t.machine, 'wf/' || t.machine || '/' || t.key || '/v' || m.version || '/' || t.step,
            convert_to(jsonb_build_object('key', t.key, 'version', m.version, 'reason', t.step)::text,
                       'UTF8'),
-           t.machine || '/' || t.key, now() + t.step_delay * interval '1 second'
+           t.machine || '/' || t.key, now() + t.step_delay * interval '1 second', m.priority
     FROM moved m JOIN input t ON t.ord = m.ord
     WHERE t.step IS NOT NULL
     ORDER BY t.ord
     ON CONFLICT (event_type, key) DO NOTHING
-    RETURNING id, event_type, ordering_key, deliver_at
+    RETURNING id, event_type, ordering_key, deliver_at, priority
 ), fanout AS (
-    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at)
-    SELECT step.id, s.id, CASE WHEN s.ordered THEN step.ordering_key END, step.deliver_at
+    INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
+    SELECT step.id, s.id, CASE WHEN s.ordered THEN step.ordering_key END, step.deliver_at,
+           step.priority * $31::float8
     FROM step JOIN {schema}.subscriptions s
       ON s.event_type = step.event_type AND s.state <> 'removed'
 ), notified AS (
@@ -231,8 +244,9 @@ WHERE id = $1 AND status = $2 AND consumed_version IS NULL;
 
 -- name: wf_lock
 -- Signals and decisions lock the pointer first, so a transition committing
--- concurrently either sees their row or is seen by them.
-SELECT state, status, version, run_id FROM {schema}.wf_instances
+-- concurrently either sees their row or is seen by them. The priority is
+-- the run's, for the step that wakes it.
+SELECT state, status, version, run_id, priority FROM {schema}.wf_instances
 WHERE machine = $1 AND key = $2 FOR UPDATE;
 
 -- name: wf_hasten
@@ -290,7 +304,7 @@ WHERE machine = $1 AND key = $2 AND run_id = $3 ORDER BY id;
 -- name: wf_sweep
 -- Live instances overdue by more than the grace with no step pending or
 -- processing: their tick was lost (a dead or cancelled step delivery).
-SELECT i.key, i.version FROM {schema}.wf_instances i
+SELECT i.key, i.version, i.priority FROM {schema}.wf_instances i
 WHERE i.next_run_at < now() - $2::float8 * interval '1 second' AND i.machine = $1
   AND i.status IN ('pending', 'running', 'waiting', 'waiting_approval')
   AND NOT EXISTS (
@@ -376,9 +390,10 @@ WITH ended AS (
     FROM counted
     WHERE p.machine = counted.parent_machine AND p.key = counted.parent_key
       AND p.run_id = counted.parent_run_id
-    RETURNING p.machine, p.key, p.version, p.status, p.children_ended, p.children_wait, counted.n
+    RETURNING p.machine, p.key, p.version, p.priority, p.status, p.children_ended, p.children_wait,
+              counted.n
 )
-SELECT machine, key, version FROM parents
+SELECT machine, key, version, priority FROM parents
 WHERE status = 'waiting' AND children_wait IS NOT NULL
   AND children_ended >= children_wait AND children_ended - n < children_wait
 ORDER BY machine, key;

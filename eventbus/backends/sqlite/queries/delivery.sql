@@ -163,7 +163,7 @@ WHERE id IN (
 RETURNING id, event_id, attempts, ordering_key, run_at, run_at + priority_wait AS place;
 
 -- name: claimed_events
-SELECT id, event_type, payload, headers, key, correlation_id, created_at, causation_id, version
+SELECT id, event_type, payload, headers, key, correlation_id, created_at, causation_id, version, priority
 FROM events WHERE id IN (SELECT value FROM json_each(:event_ids));
 
 -- name: complete

@@ -70,11 +70,15 @@ ORDER BY c.parent_key, c.rowid;
 -- Create the instance, or begin a new run of a finished one. A live run is
 -- untouched and returns no row: starting is idempotent per key. With :once,
 -- a completed run is untouched too (one statement under the write lock).
+-- :priority is the run's: a new run of the key takes the new start's.
 INSERT INTO wf_instances AS i (machine, key, state, status, checkpoint, next_run_at,
-                               state_entered_at, run_started_at, created_at, updated_at, kept)
-VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now, :once)
+                               state_entered_at, run_started_at, created_at, updated_at, kept,
+                               priority)
+VALUES (:machine, :key, :state, 'pending', :checkpoint, :now, :now, :now, :now, :now, :once,
+        :priority)
 ON CONFLICT (machine, key) DO UPDATE
 SET run_id = i.run_id + 1, kept = (i.kept OR excluded.kept), state = excluded.state, status = 'pending', version = i.version + 1,
+    priority = excluded.priority,
     visits = '{}', attempts = 0, checkpoint = excluded.checkpoint, last_error_code = NULL,
     last_error = NULL, held_state = NULL, compensate_to = NULL, next_run_at = :now,
     state_entered_at = :now, run_started_at = :now, updated_at = :now,
@@ -91,7 +95,8 @@ WHERE machine = :machine AND key = :key AND status = 'completed' AND NOT kept;
 -- name: wf_move
 -- The guarded transition: only from the version that was read and, for a
 -- visit, only while its delivery's lease holds. No row back means a stale
--- visit; the caller writes nothing else.
+-- visit; the caller writes nothing else. The run's priority comes back for
+-- the next step, without reading the row again.
 UPDATE wf_instances
 SET state = :state, status = :status, version = version + 1, visits = :visits,
     attempts = :attempts, checkpoint = :checkpoint, last_error_code = :error_code,
@@ -105,7 +110,7 @@ WHERE machine = :machine AND key = :key AND version = :expected_version
   AND (:lease_id IS NULL OR EXISTS (
         SELECT 1 FROM deliveries d
         WHERE d.id = :lease_id AND d.lease_token = :lease_token AND d.status = 'processing'))
-RETURNING version, run_id;
+RETURNING version, run_id, priority;
 
 -- name: wf_history_insert
 INSERT INTO wf_history (machine, key, run_id, version, state, visit, outcome, next_state, yielded,
@@ -147,8 +152,9 @@ UPDATE wf_approvals SET status = :status, consumed_version = :version
 WHERE id = :id AND status = :expected AND consumed_version IS NULL;
 
 -- name: wf_lock
--- Under the write lock already; read the pointer a signal or decision wakes.
-SELECT state, status, version, run_id FROM wf_instances WHERE machine = :machine AND key = :key;
+-- Under the write lock already; read the pointer a signal or decision wakes
+-- (with the run's priority, for the step that wakes it).
+SELECT state, status, version, run_id, priority FROM wf_instances WHERE machine = :machine AND key = :key;
 
 -- name: wf_hasten
 -- A step due now pulls the instance's delayed steps (a tick waiting for its
@@ -206,7 +212,7 @@ WHERE machine = :machine AND key = :key AND run_id = :run_id ORDER BY id;
 -- name: wf_sweep
 -- Live instances overdue by more than the grace with no step pending or
 -- processing: their tick was lost (a dead or cancelled step delivery).
-SELECT i.key, i.version FROM wf_instances i
+SELECT i.key, i.version, i.priority FROM wf_instances i
 WHERE i.next_run_at < :now - :grace_seconds AND i.machine = :machine
   AND i.status IN ('pending', 'running', 'waiting', 'waiting_approval')
   AND NOT EXISTS (
@@ -276,7 +282,7 @@ RETURNING parent_machine, parent_key, parent_run_id;
 -- gets the parent back (status, version) and wakes it if it is waiting.
 UPDATE wf_instances SET children_ended = children_ended + :n
 WHERE machine = :machine AND key = :key AND run_id = :run_id
-RETURNING machine, key, version, status, children_ended, children_wait;
+RETURNING machine, key, version, priority, status, children_ended, children_wait;
 
 -- name: wf_cancel_tree
 -- The live runs a cancelled run started, and theirs, down the tree, with the
