@@ -31,14 +31,16 @@ MAX_SAMPLE = 100_000
 MESSAGE_CHARS = 300
 """A normalised message is cut here (and ends with ``…``, which then matches any rest)."""
 _TYPE = re.compile(r"^([A-Za-z_][\w.]*): ")
+_HEX = "[0-9a-fA-F]"
 _RULES = [
-    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
+    (re.compile(rf"\b{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}\b"), "<uuid>"),
     (re.compile(r"'[^'\n]*'|\"[^\"\n]*\""), "<str>"),
-    (re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*[a-fA-F])(?=[0-9a-fA-F]*\d)[0-9a-fA-F]{8,}\b"), "<hex>"),
-    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?![\w.])"), "<n>"),
+    (re.compile(rf"\b0x{_HEX}+\b|\b(?={_HEX}*[a-fA-F])(?={_HEX}*\d){_HEX}{{8,}}\b"), "<hex>"),
+    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?=(?:[a-zA-Z]{1,3})?(?![\w.]))"), "<n>"),
     (re.compile(r"\b(?=\w*\d)(?=\w*[A-Za-z])\w+\b"), "<id>"),
 ]  # fmt: skip
-"""In order: a UUID is not read as hex and numbers, a quoted string is one placeholder whatever it holds."""
+"""In order: a UUID is not read as hex and numbers, a quoted string is one placeholder whatever it holds;
+a number keeps a short unit after it (``3s``, ``12ms``, ``5MB`` become ``<n>s``, ``<n>ms``, ``<n>MB``)."""
 
 
 class ErrorGroup(msgspec.Struct, frozen=True):

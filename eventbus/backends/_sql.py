@@ -13,7 +13,9 @@ from importlib import resources
 from .._priority import MAX_PRIORITY
 from ..errors import ConfigurationError
 
-__all__ = ["contains_like", "load_queries", "message_like", "quote_schema", "validate_schema", "with_priority_step"]
+__all__ = [
+    "contains_like", "load_queries", "message_like", "quote_schema", "validate_schema", "with_priority_step",
+]  # fmt: skip
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
