@@ -34,7 +34,7 @@ async def _failures(bus) -> None:
     await bus.publish(PaymentRequested(order_id="fresh"))
 
 
-async def test_dead_letters_grouped_by_normalised_error(bus) -> None:
+async def test_dead_and_failing_deliveries_grouped_by_normalised_error(bus) -> None:
     await _failures(bus)
     found = await error_groups(bus, DEAD)
     assert not found.capped and found.scanned == 5
@@ -49,10 +49,10 @@ async def test_dead_letters_grouped_by_normalised_error(bus) -> None:
         assert g.first_seen <= g.last_seen and g.example == members[0].last_error
     capped = await error_groups(bus, DEAD, sample=2)
     assert capped.capped and capped.scanned == 2 and sum(g.count for g in capped.groups) == 2
+    await _failing_deliveries_are_those_waiting_to_retry(bus)
 
 
-async def test_failing_deliveries_are_those_waiting_to_retry(bus) -> None:
-    await _failures(bus)
+async def _failing_deliveries_are_those_waiting_to_retry(bus) -> None:
     found = await error_groups(bus, failing(DeliveryFilter()))
     assert [(g.subscription, g.message, g.count) for g in found.groups] == [
         ("pay", "TimeoutError: gateway timed out after <n>s", 2)
@@ -62,11 +62,19 @@ async def test_failing_deliveries_are_those_waiting_to_retry(bus) -> None:
     assert (await error_groups(bus, failing(DeliveryFilter()))).groups == []
 
 
-async def test_error_and_payload_filters(bus) -> None:
+async def test_error_and_payload_filters_and_a_groups_actions(bus) -> None:
     await _failures(bus)
 
-    async def count(**fields: str) -> int:
-        return await bus.count_deliveries(DeliveryFilter(status="dead", **fields))
+    async def count(
+        error_contains: str | None = None,
+        payload_contains: str | None = None,
+        message_pattern: str | None = None,
+    ) -> int:
+        flt = DeliveryFilter(
+            status="dead", error_contains=error_contains, payload_contains=payload_contains,
+            message_pattern=message_pattern,
+        )  # fmt: skip
+        return await bus.count_deliveries(flt)
 
     assert await count(error_contains="ORDER 101") == 1, "case is ignored"
     assert await count(error_contains="declined") == 2
@@ -77,10 +85,10 @@ async def test_error_and_payload_filters(bus) -> None:
     assert await count(message_pattern="LookupError: order <n> gone") == 0, "it matches the whole error"
     rows = await bus.dead_letters(payload_contains="gone-2")
     assert [r.last_error for r in rows] == ["LookupError: order 102 not found"]
+    await _a_group_replays_and_purges_exactly_its_deliveries(bus)
 
 
-async def test_a_group_replays_and_purges_exactly_its_deliveries(bus) -> None:
-    await _failures(bus)
+async def _a_group_replays_and_purges_exactly_its_deliveries(bus) -> None:
     missing, declined = (await error_groups(bus, DEAD)).groups
     assert await bus.replay(missing.filter, batch_size=2) == 3
     assert {d.last_error for d in await bus.find_deliveries(DEAD)} == {
