@@ -19,7 +19,7 @@ from datetime import datetime
 
 import msgspec
 
-from .bus import MAX_INSPECT_ROWS, Bus
+from .bus import Bus, _checked_filter
 from .errors import ConfigurationError
 from .types import DeliveryFilter, DeliveryRow
 
@@ -36,11 +36,11 @@ _RULES = [
     (re.compile(rf"\b{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}\b"), "<uuid>"),
     (re.compile(r"'[^'\n]*'|\"[^\"\n]*\""), "<str>"),
     (re.compile(rf"\b0x{_HEX}+\b|\b(?={_HEX}*[a-fA-F])(?={_HEX}*\d){_HEX}{{8,}}\b"), "<hex>"),
-    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?=(?:[a-zA-Z]{1,3})?(?![\w.]))"), "<n>"),
+    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)*(?=(?:[a-zA-Z]{1,3})?(?![\w.]))"), "<n>"),
     (re.compile(r"\b(?=\w*\d)(?=\w*[A-Za-z])\w+\b"), "<id>"),
 ]  # fmt: skip
 """In order: a UUID is not read as hex and numbers, a quoted string is one placeholder whatever it holds;
-a number keeps a short unit after it (``3s``, ``12ms``, ``5MB`` become ``<n>s``, ``<n>ms``, ``<n>MB``)."""
+a number may be dotted (``10.0.3.1``, ``2.5``) and keeps a short unit after it (``3s`` becomes ``<n>s``)."""
 
 
 class ErrorGroup(msgspec.Struct, frozen=True):
@@ -100,20 +100,15 @@ def failing(flt: DeliveryFilter) -> DeliveryFilter:
 async def error_groups(bus: Bus, flt: DeliveryFilter, *, sample: int = DEFAULT_SAMPLE) -> Triage:
     """The deliveries matching ``flt`` (dead letters, or :func:`failing` ones) grouped by cause.
 
-    Reads the newest ``sample`` of them, a page of the newest-first index walk
-    at a time, and groups them by subscription, error type and normalised message.
+    Reads the newest ``sample`` of them in one newest-first index walk and
+    groups them by subscription, error type and normalised message.
     """
     if not 1 <= sample <= MAX_SAMPLE:
         raise ConfigurationError(f"sample must be 1 to {MAX_SAMPLE}, got {sample}")
-    rows: list[DeliveryRow] = []
-    before: int | None = None
-    while len(rows) <= sample:  # one row past the sample tells whether it was capped
-        limit = min(MAX_INSPECT_ROWS, sample + 1 - len(rows))
-        page = await bus.find_deliveries(flt, limit=limit, before_id=before)
-        rows += page
-        if len(page) < limit:
-            break
-        before = page[-1].id
+    # One read of the index walk the dashboard's lists use, one row past the
+    # sample to tell whether it was capped (pages of the public listing would
+    # plan and join the same rows a dozen times over).
+    rows = await bus.backend.inspect.find(_checked_filter(flt), sample + 1)
     capped = len(rows) > sample
     return Triage(groups=_grouped(rows[:sample], flt), scanned=min(len(rows), sample), capped=capped)
 

@@ -19,6 +19,7 @@ from eventbus.triage import MESSAGE_CHARS, error_type_of, normalise
         ("OSError: at 0x7f3a, digest deadbeef01", "OSError: at <hex>, digest <hex>"),
         ("Http2Error: stream ord_12ab reset", "Http2Error: stream <id> reset"),
         ("no type here 42", "no type here <n>"),
+        ("ConnectionError: host 10.0.73.1 refused", "ConnectionError: host <n> refused"),
         ("OSError: after 3s (limit 2.5ms) for bad-7", "OSError: after <n>s (limit <n>ms) for bad-<n>"),
         ("TimeoutError: took too long", "TimeoutError: took too long"),
     ],
