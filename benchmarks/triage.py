@@ -3,7 +3,8 @@
     python -m benchmarks.triage --dsn postgresql://postgres@127.0.0.1:5432/bench_triage \
         --dead 100000 --completed 1000000 --json benchmarks/results/triage.json
 
-Loads ``--completed`` completed deliveries and ``--dead`` dead letters (SQL,
+Loads ``--completed`` completed deliveries, ``--dead`` dead letters and
+``--failing`` pending deliveries waiting to retry (SQL,
 then ``VACUUM ANALYZE``), their last errors in five shapes with varying ids,
 numbers and quoted strings; then times (median of ``--runs``) the grouping the
 page runs (``error_groups`` over the newest ``--sample``), the whole page
@@ -29,7 +30,7 @@ import httpx
 from benchmarks.peers.common import PAYLOAD_PAD, recreate_database
 from eventbus import Bus, Context, Event
 from eventbus.backends.postgres.inspect import filter_args
-from eventbus.triage import error_groups
+from eventbus.triage import error_groups, failing
 from eventbus.types import DeliveryFilter
 from eventbus.web import create_app
 
@@ -50,7 +51,7 @@ WITH ev AS (
 )
 INSERT INTO {SCHEMA}.deliveries (event_id, subscription_id, status, attempts, last_error, updated_at)
 SELECT id, $2::int, $3::text, CASE WHEN $3 = 'dead' THEN 5 ELSE 1 END,
-       CASE WHEN $3 <> 'dead' THEN NULL
+       CASE WHEN $3 = 'completed' THEN NULL
             WHEN id % 5 = 0 THEN 'KeyError: order ' || id || ' not found'
             WHEN id % 5 = 1 THEN 'TimeoutError: gateway timed out after ' || (id % 30) || 's'
             WHEN id % 5 = 2 THEN 'ValueError: card ''c-' || md5(id::text) || ''' declined'
@@ -61,7 +62,7 @@ FROM ev
 """
 
 
-async def load(dsn: str, completed: int, dead: int) -> tuple[Bus, float]:
+async def load(dsn: str, completed: int, dead: int, failing: int) -> tuple[Bus, float]:
     await recreate_database(dsn)
     bus = Bus(dsn, schema=SCHEMA)
 
@@ -74,7 +75,9 @@ async def load(dsn: str, completed: int, dead: int) -> tuple[Bus, float]:
     conn = await asyncpg.connect(dsn)
     try:
         t0, start = time.perf_counter(), 1
-        for status, size in (("completed", completed), ("dead", dead)):
+        # Dead and failing first: the oldest rows, under all the completed
+        # ones, so a newest-first walk of the primary key would cross them all.
+        for status, size in (("dead", dead), ("pending", failing), ("completed", completed)):
             for offset in range(0, size, 250_000):
                 n = min(250_000, size - offset)
                 await conn.execute(LOAD, n, sub_id, status, start)
@@ -108,7 +111,7 @@ async def plan(bus: Bus, dsn: str, name: str, flt: DeliveryFilter, *tail: Any) -
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    bus, load_s = await load(args.dsn, args.completed, args.dead)
+    bus, load_s = await load(args.dsn, args.completed, args.dead, args.failing)
     dead = DeliveryFilter(status="dead")
     refused = DeliveryFilter(status="dead", error_contains="refused")
     found = await error_groups(bus, dead, sample=args.sample)
@@ -117,6 +120,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost") as web:
         page = await median_ms(args.runs, lambda: web.get("/triage"))
         query = {"error_contains": "refused"}
+        retrying = await median_ms(args.runs, lambda: web.get("/triage", params={"kind": "failing"}))
         filtered = await median_ms(args.runs, lambda: web.get("/triage", params=query))
     result = {
         "completed": args.completed, "dead": args.dead, "sample": args.sample,
@@ -124,11 +128,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "groups": [(g.message, g.count) for g in found.groups], "capped": found.capped,
         "error_groups_ms": await median_ms(args.runs, lambda: error_groups(bus, dead, sample=args.sample)),
         "page_ms": page, "page_error_contains_ms": filtered,
+        "failing": args.failing, "page_failing_ms": retrying,
         "group_count_ms": await median_ms(args.runs, lambda: bus.count_deliveries(group.filter, cap=10_000)),
         "plans": {
             "sample": await plan(bus, args.dsn, "find_deliveries_dead", dead, None, args.sample + 1),
             "sample_error_contains": await plan(
                 bus, args.dsn, "find_deliveries_dead", refused, None, args.sample + 1
+            ),
+            "failing_sample": await plan(
+                bus, args.dsn, "find_deliveries", failing(DeliveryFilter()), None, args.sample + 1
             ),
             "group_count": await plan(bus, args.dsn, "count_deliveries_dead", group.filter, 10_001),
             "group_walk": await plan(bus, args.dsn, "delivery_ids_dead", group.filter, 0, 1000),
@@ -143,6 +151,7 @@ def cli() -> None:
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/bench_triage")
     parser.add_argument("--dead", type=int, default=100_000)
     parser.add_argument("--completed", type=int, default=1_000_000)
+    parser.add_argument("--failing", type=int, default=20_000, help="pending deliveries with an error")
     parser.add_argument("--sample", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", type=Path)
