@@ -13,6 +13,7 @@ import click
 import msgspec
 
 from ..bus import Bus
+from ..triage import DEFAULT_SAMPLE, Triage, error_groups, failing
 from ..types import DeliveryDetail, DeliveryFilter, DeliveryRow, SubscriptionInfo
 from ._common import COUNT, ID, Obj, enc_hook, run
 
@@ -148,6 +149,33 @@ def _summary(d: DeliveryRow) -> dict[str, Any]:
         "last_error": d.last_error,
         "updated_at": d.updated_at,
     }
+
+
+@dlq.command()
+@_filters
+@click.option("--failing", "retrying", is_flag=True, help="Failing ones waiting to retry, not dead ones.")
+@click.option("--sample", default=DEFAULT_SAMPLE, show_default=True, type=COUNT, help="Newest ones grouped.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def groups(obj: Obj, /, retrying: bool, sample: int, as_json: bool, **texts: str | None) -> None:
+    """Group dead letters (or failing deliveries) by subscription and normalised error, largest first."""
+    flt = _make_filter((), texts)
+    flt = failing(flt) if retrying else flt
+
+    async def go() -> Triage:
+        async with obj.bus() as bus:
+            await check_names(bus, flt)
+            return await error_groups(bus, flt, sample=sample)
+
+    found = run(go)
+    if as_json:
+        click.echo(msgspec.json.encode(found, enc_hook=enc_hook))
+        return
+    if found.capped:
+        click.echo(f"the newest {found.scanned} grouped: counts are at least these")
+    click.echo(f"{'COUNT':>7} {'SUBSCRIPTION':<24} {'LAST SEEN':<19}  ERROR")
+    for g in found.groups:
+        click.echo(f"{g.count:>7} {g.subscription:<24} {g.last_seen:%Y-%m-%d %H:%M:%S}  {g.message[:100]}")
 
 
 @dlq.command()

@@ -40,6 +40,8 @@ def test_publish_work_inspect_replay(target: Target) -> None:
     assert len(dead) == 1 and dead[0]["last_error"].startswith("ValueError: refused")
     shown = eventbus(target, "dlq", "show", str(dead[0]["id"])).stdout
     assert "attempt 1" in shown and "Traceback" in shown and '"order_id":"fail"' in shown
+    grouped = json.loads(eventbus(target, "dlq", "groups", "--json").stdout)
+    assert [(g["count"], g["error_type"]) for g in grouped["groups"]] == [(1, "ValueError")]
     dry = ("--error-contains", "refused", "--dry-run")
     assert "would be replayed: 1" in eventbus(target, "dlq", "replay", *dry).stdout
     assert "replayed: 1" in eventbus(target, "dlq", "replay", "--subscription", "cli.handle").stdout
