@@ -60,6 +60,8 @@ DEFAULT_DSN = "sqlite:///eventbus.db"
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_DELAY_SECONDS = 100 * 365 * 86400.0  # beyond this a delay is a mistake, not a schedule
 MAX_INSPECT_ROWS = 1000
+MAX_FILTER_TEXT = 1000
+"""The longest error or payload text a :class:`DeliveryFilter` may search for."""
 _PAYLOAD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 
 
@@ -528,11 +530,16 @@ class Bus(Router):
         event_type: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
+        error_contains: str | None = None,
+        payload_contains: str | None = None,
     ) -> list[DeliveryRow]:
         """The oldest ``limit`` dead deliveries matching, oldest first (one id walk, one page read)."""
         if limit < 1:
             raise ConfigurationError(f"limit must be at least 1, got {limit}")
-        flt = DeliveryFilter(status="dead", subscription=subscription, event_type=event_type, since=since)
+        flt = _checked_filter(DeliveryFilter(
+            status="dead", subscription=subscription, event_type=event_type, since=since,
+            error_contains=error_contains, payload_contains=payload_contains,
+        ))  # fmt: skip
         ids = await self.backend.inspect.delivery_ids(flt, limit, listing=True)
         rows: list[DeliveryRow] = []
         for start in range(0, len(ids), MAX_INSPECT_ROWS):
@@ -694,4 +701,7 @@ def _checked_filter(flt: DeliveryFilter | None) -> DeliveryFilter:
         )
     if (flt.payload_path is None) != (flt.payload_value is None):
         raise ConfigurationError("a payload filter needs both a path and a value")
+    texts = (flt.error_contains, flt.payload_contains, flt.message_pattern)
+    if any(t is not None and len(t) > MAX_FILTER_TEXT for t in texts):
+        raise ConfigurationError(f"an error or payload filter is at most {MAX_FILTER_TEXT} characters")
     return flt

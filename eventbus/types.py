@@ -148,6 +148,12 @@ class DeliveryFilter(msgspec.Struct, frozen=True):
     ``payload_path`` is a dotted path into the JSON payload (``customer.id``)
     whose value, as text, must equal ``payload_value``. ``ids`` keeps only
     the deliveries named (replay, purge and cancel act on a selection this way).
+    ``error_contains`` and ``payload_contains`` keep the deliveries whose last
+    error, or whose event's payload as text, contains the text (ignoring ASCII
+    case; ``error_contains=""`` keeps those with any error).
+    ``message_pattern`` matches the whole last error against a normalised
+    error as :func:`eventbus.triage.normalise` writes it: each placeholder
+    (``<n>``, ``<id>``, ``<uuid>``, ``<hex>``, ``<str>``) stands for any text.
     """
 
     subscription: str | None = None
@@ -161,6 +167,9 @@ class DeliveryFilter(msgspec.Struct, frozen=True):
     payload_path: str | None = None
     payload_value: str | None = None
     ids: Sequence[int] | None = None
+    error_contains: str | None = None
+    payload_contains: str | None = None
+    message_pattern: str | None = None
 
 
 class DeliveryRow(msgspec.Struct, frozen=True):

@@ -13,11 +13,34 @@ from importlib import resources
 from .._priority import MAX_PRIORITY
 from ..errors import ConfigurationError
 
-__all__ = ["load_queries", "quote_schema", "validate_schema", "with_priority_step"]
+__all__ = [
+    "contains_like", "load_queries", "message_like", "quote_schema", "validate_schema", "with_priority_step",
+]  # fmt: skip
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _NAME_RE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 _FRAGMENT_RE = re.compile(r"\{(_\w+)\}")
+_PLACEHOLDER_RE = re.compile(r"<(?:n|id|uuid|hex|str)>")
+
+
+def _escape_like(text: str) -> str:
+    """``text`` taken literally by LIKE with ``\\`` as its escape character."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def contains_like(text: str | None) -> str | None:
+    """The LIKE pattern of "contains ``text``" (an empty ``text``: any value at all, never NULL)."""
+    return None if text is None else f"%{_escape_like(text)}%"
+
+
+def message_like(pattern: str | None) -> str | None:
+    """The LIKE pattern of a normalised error: each placeholder (``<n>``, ``<id>``, ``<uuid>``,
+    ``<hex>``, ``<str>``) matches any text, the rest itself; a trailing ``…`` any rest."""
+    if pattern is None:
+        return None
+    cut = pattern.endswith("…")
+    parts = _PLACEHOLDER_RE.split(pattern[:-1] if cut else pattern)
+    return "%".join(_escape_like(p) for p in parts) + ("%" if cut else "")
 
 
 def validate_schema(schema: str) -> str:

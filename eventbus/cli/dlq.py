@@ -13,6 +13,7 @@ import click
 import msgspec
 
 from ..bus import Bus
+from ..triage import DEFAULT_SAMPLE, Triage, error_groups, failing
 from ..types import DeliveryDetail, DeliveryFilter, DeliveryRow, SubscriptionInfo
 from ._common import COUNT, ID, Obj, enc_hook, run
 
@@ -40,6 +41,8 @@ def parse_since(text: str | None) -> datetime | None:
 
 
 def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--payload-contains", help="Only events whose payload contains this text (any case).")(f)
+    f = click.option("--error-contains", help="Only those whose last error contains this text (any case).")(f)
     f = click.option("--since", help="Dead since (30m, 2h, 1d or ISO-8601).")(f)
     f = click.option("--event-type", help="Only this event type.")(f)
     f = click.option("--subscription", help="Only this subscription.")(f)
@@ -47,21 +50,23 @@ def _filters(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _make_filter(
-    ids: tuple[int, ...],
-    subscription: str | None,
-    event_type: str | None,
-    since: str | None,
-    everything: bool = True,
+    ids: tuple[int, ...], texts: dict[str, str | None], everything: bool = True
 ) -> DeliveryFilter:
-    """A filter for the named rows; bulk commands must name something or say --all."""
-    if not (ids or subscription or event_type or since or everything):
-        raise click.UsageError("name delivery IDs, a filter (--subscription, --event-type, --since) or --all")
+    """A filter for the named rows (``texts``: the filter options); bulk commands must name
+    something or say --all."""
+    if not (ids or any(v is not None for v in texts.values()) or everything):
+        raise click.UsageError(
+            "name delivery IDs, a filter (--subscription, --event-type, --since, --error-contains, "
+            "--payload-contains) or --all"
+        )
     return DeliveryFilter(
         status="dead",
         ids=list(ids) or None,
-        subscription=subscription,
-        event_type=event_type,
-        since=parse_since(since),
+        subscription=texts["subscription"],
+        event_type=texts["event_type"],
+        since=parse_since(texts["since"]),
+        error_contains=texts["error_contains"],
+        payload_contains=texts["payload_contains"],
     )
 
 
@@ -108,18 +113,17 @@ def dlq() -> None:
 @click.option("--limit", default=100, show_default=True, type=COUNT)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def list_(
-    obj: Obj, subscription: str | None, event_type: str | None, since: str | None, limit: int, as_json: bool
-) -> None:
+def list_(obj: Obj, /, limit: int, as_json: bool, **texts: str | None) -> None:
     """List dead deliveries, oldest first."""
-    flt = _make_filter((), subscription, event_type, since)
+    flt = _make_filter((), texts)
 
     async def go() -> list[DeliveryRow]:
         async with obj.bus() as bus:
             await check_names(bus, flt)
             return await bus.dead_letters(
-                subscription=flt.subscription, event_type=flt.event_type, since=flt.since, limit=limit
-            )
+                subscription=flt.subscription, event_type=flt.event_type, since=flt.since, limit=limit,
+                error_contains=flt.error_contains, payload_contains=flt.payload_contains,
+            )  # fmt: skip
 
     rows = run(go)
     if as_json:
@@ -145,6 +149,33 @@ def _summary(d: DeliveryRow) -> dict[str, Any]:
         "last_error": d.last_error,
         "updated_at": d.updated_at,
     }
+
+
+@dlq.command()
+@_filters
+@click.option("--failing", "retrying", is_flag=True, help="Failing ones waiting to retry, not dead ones.")
+@click.option("--sample", default=DEFAULT_SAMPLE, show_default=True, type=COUNT, help="Newest ones grouped.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def groups(obj: Obj, /, retrying: bool, sample: int, as_json: bool, **texts: str | None) -> None:
+    """Group dead letters (or failing deliveries) by subscription and normalised error, largest first."""
+    flt = _make_filter((), texts)
+    flt = failing(flt) if retrying else flt
+
+    async def go() -> Triage:
+        async with obj.bus() as bus:
+            await check_names(bus, flt)
+            return await error_groups(bus, flt, sample=sample)
+
+    found = run(go)
+    if as_json:
+        click.echo(msgspec.json.encode(found, enc_hook=enc_hook))
+        return
+    if found.capped:
+        click.echo(f"the newest {found.scanned} grouped: counts are at least these")
+    click.echo(f"{'COUNT':>7} {'SUBSCRIPTION':<24} {'LAST SEEN':<19}  ERROR")
+    for g in found.groups:
+        click.echo(f"{g.count:>7} {g.subscription:<24} {g.last_seen:%Y-%m-%d %H:%M:%S}  {g.message[:100]}")
 
 
 @dlq.command()
@@ -207,16 +238,15 @@ def _bulk(action: str) -> Callable[..., None]:
     @click.pass_obj
     def command(
         obj: Obj,
+        /,
         ids: tuple[int, ...],
-        subscription: str | None,
-        event_type: str | None,
-        since: str | None,
         everything: bool,
         dry_run: bool,
         batch_size: int,
         yes: bool,
+        **texts: str | None,
     ) -> None:
-        flt = _make_filter(ids, subscription, event_type, since, everything)
+        flt = _make_filter(ids, texts, everything)
 
         async def go() -> int:
             async with obj.bus() as bus:

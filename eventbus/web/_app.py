@@ -16,7 +16,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..bus import MAX_INSPECT_ROWS, Bus
 from ..errors import ConfigurationError, EventBusError, NotFound
-from . import _actions, _live, _pages
+from ..triage import DEFAULT_SAMPLE, MAX_SAMPLE
+from . import _actions, _live, _pages, _triage
 from ._guard import Guard, Refused
 from ._render import Pages
 
@@ -50,6 +51,7 @@ def create_app(
     close_bus: bool = False,
     operator: str | None = None,
     allowed_hosts: Sequence[str] = LOOPBACK_HOSTS,
+    triage_sample: int = DEFAULT_SAMPLE,
 ) -> Starlette:
     """The dashboard of ``bus`` as an ASGI application.
 
@@ -67,9 +69,13 @@ def create_app(
         400), so a page of another site cannot reach the dashboard by DNS
         rebinding; ``*.example.com`` matches subdomains, ``["*"]`` any host
         (when the service it is mounted in checks hosts itself).
+    :param triage_sample: the newest matching deliveries the triage page
+        groups at most; past it, its counts are shown as lower bounds.
     """
     if live_interval <= 0:
         raise ConfigurationError(f"live_interval must be positive, got {live_interval}")
+    if not 1 <= triage_sample <= MAX_SAMPLE:
+        raise ConfigurationError(f"triage_sample must be 1 to {MAX_SAMPLE}, got {triage_sample}")
     if not 1 <= page_size < MAX_INSPECT_ROWS or count_cap < 1:
         raise ConfigurationError(f"page_size must be 1 to {MAX_INSPECT_ROWS - 1} and count_cap at least 1")
     pages = Pages(
@@ -79,6 +85,7 @@ def create_app(
         trace_url=trace_url,
         page_size=page_size,
         count_cap=count_cap,
+        triage_sample=triage_sample,
     )
 
     @contextlib.asynccontextmanager
@@ -92,6 +99,7 @@ def create_app(
     routes = [
         *_pages.routes(pages),
         *_actions.routes(pages),
+        *_triage.routes(pages),
         Route("/live", _live.endpoint(pages, live_interval)),
         Mount("/static", StaticFiles(packages=[("eventbus.web", "static")]), name="static"),
     ]

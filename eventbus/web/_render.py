@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from ..bus import Bus
+from ..triage import DEFAULT_SAMPLE
 from ._guard import Guard
 
 __all__ = ["FLASHES", "STALE_WORKER_SECONDS", "Pages", "capped", "flash_message", "pretty_json"]
@@ -39,6 +40,7 @@ FLASHES = {
     "schedule-pause": "schedule paused",
     "schedule-resume": "schedule resumed",
     "schedule-trigger": "schedule triggered: it fires at the next tick",
+    "triage-cancel": "cancel: {n} failing deliveries",
 }
 """The messages an action may leave for the page it returns to, by code (``?flash=replay&n=3``)."""
 
@@ -98,11 +100,20 @@ class Pages:
     """What the routes share: the bus, the guard, the templates and the options."""
 
     def __init__(
-        self, bus: Bus, guard: Guard, *, title: str, trace_url: str | None, page_size: int, count_cap: int
+        self,
+        bus: Bus,
+        guard: Guard,
+        *,
+        title: str,
+        trace_url: str | None,
+        page_size: int,
+        count_cap: int,
+        triage_sample: int = DEFAULT_SAMPLE,
     ) -> None:
         self.bus = bus
         self.page_size = page_size
         self.count_cap = count_cap
+        self.triage_sample = triage_sample
         self.guard = guard
         self.title = title
         self.trace_url = trace_url

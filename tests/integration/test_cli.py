@@ -35,11 +35,15 @@ def test_publish_work_inspect_replay(target: Target) -> None:
     status = json.loads(eventbus(target, "status", "--json").stdout)
     by_status = {r["status"]: r["count"] for r in status["rows"]}
     assert by_status == {"completed": 1, "dead": 1} and status["events"] == 2
-    dead = json.loads(eventbus(target, "dlq", "list", "--json").stdout)
+    both = ("--error-contains", "REFUSED", "--payload-contains", '"fail"')
+    dead = json.loads(eventbus(target, "dlq", "list", "--json", *both).stdout)
     assert len(dead) == 1 and dead[0]["last_error"].startswith("ValueError: refused")
     shown = eventbus(target, "dlq", "show", str(dead[0]["id"])).stdout
     assert "attempt 1" in shown and "Traceback" in shown and '"order_id":"fail"' in shown
-    assert "would be replayed: 1" in eventbus(target, "dlq", "replay", "--all", "--dry-run").stdout
+    grouped = json.loads(eventbus(target, "dlq", "groups", "--json").stdout)
+    assert [(g["count"], g["error_type"]) for g in grouped["groups"]] == [(1, "ValueError")]
+    dry = ("--error-contains", "refused", "--dry-run")
+    assert "would be replayed: 1" in eventbus(target, "dlq", "replay", *dry).stdout
     assert "replayed: 1" in eventbus(target, "dlq", "replay", "--subscription", "cli.handle").stdout
     assert "purged: 0" in eventbus(target, "dlq", "purge", "--all", "--yes").stdout
 

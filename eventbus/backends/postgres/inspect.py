@@ -33,6 +33,7 @@ from ...types import (
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
 from .._rows import row_as, rows_as
+from .._sql import contains_like, message_like
 from ._db import PgDb
 from ._reads import ReadPool
 
@@ -40,12 +41,14 @@ __all__ = ["PgInspector"]
 
 
 def filter_args(flt: DeliveryFilter) -> list[Any]:
-    """The eleven positional parameters every filtered delivery query shares."""
+    """The fourteen positional parameters every filtered delivery query shares."""
     path = flt.payload_path.split(".") if flt.payload_path else None
     ids = None if flt.ids is None else list(flt.ids)
     return [
         flt.subscription, flt.status, flt.event_type, flt.event_id, flt.key,
         flt.correlation_id, flt.since, flt.until, path, flt.payload_value, ids,
+        contains_like(flt.error_contains), message_like(flt.message_pattern),
+        contains_like(flt.payload_contains),
     ]  # fmt: skip
 
 

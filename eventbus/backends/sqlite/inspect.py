@@ -32,6 +32,7 @@ from ...types import (
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
 from .._rows import row_as, rows_as
+from .._sql import contains_like, message_like
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import ids_json, to_epoch, to_time
@@ -138,6 +139,9 @@ def filter_params(flt: DeliveryFilter, before_id: int | None = None) -> dict[str
         "until": to_epoch(flt.until),
         "path": f"$.{flt.payload_path}" if flt.payload_path else None,
         "payload_value": flt.payload_value,
+        "error_like": contains_like(flt.error_contains),
+        "message_like": message_like(flt.message_pattern),
+        "payload_like": contains_like(flt.payload_contains),
     }
 
 

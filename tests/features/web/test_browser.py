@@ -265,3 +265,24 @@ async def _example_pages(browser: Browser, bus: Bus, base: str) -> None:
     await _shot(page, "example", "event")
     await page.goto(base + "/dead")
     await expect(page.locator("#count")).to_have_text("2")
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # both backends: test_triage.py
+async def test_triage_through_the_ui(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+    base = await serve(TOKEN)
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(base + "/triage")
+    await page.fill("input[name=operator]", OPERATOR)
+    await page.fill("input[name=token]", TOKEN)
+    await page.click("text=Unlock")
+    await page.goto(base + "/triage")
+    await expect(page.locator("#groups td.count")).to_have_text(["3"])
+    await _shot(page, "triage", backend_kind)
+    await page.click("#groups a.cause")
+    await expect(page.locator("pre.traceback").first).to_contain_text("RuntimeError: card declined")
+    await page.go_back()
+    await page.click("#groups button:text('purge…')")
+    await expect(page.locator("#preview-count")).to_have_text("3")
+    await page.click("text=Yes, purge")
+    await expect(page.locator(".flash")).to_contain_text("purge: 3 dead letter(s)")
+    assert await seeded.count_deliveries(DeliveryFilter(status="dead")) == 0

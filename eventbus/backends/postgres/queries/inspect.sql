@@ -200,8 +200,10 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- The conditions of a DeliveryFilter, included by find_deliveries,
 -- count_deliveries and the id walks ($1 subscription, $2 status, $3 event
 -- type, $4 event id, $5 key, $6 correlation id, $7/$8 updated since/until,
--- $9/$10 payload path and value, $11 ids): every one optional. The payload
--- filter decodes JSON only for rows the cheaper conditions kept.
+-- $9/$10 payload path and value, $11 ids, $12 error substring and $13 error
+-- pattern as LIKE patterns, $14 payload substring as one): every one
+-- optional. The payload filters decode the payload only for rows the cheaper
+-- conditions kept; ILIKE, as SQLite's LIKE, ignores case.
 ($1::text IS NULL OR s.name = $1)
   AND ($2::text IS NULL OR d.status = $2)
   AND ($3::text IS NULL OR e.event_type = $3)
@@ -212,6 +214,9 @@ SET LOCAL plan_cache_mode = force_custom_plan;
   AND ($8::timestamptz IS NULL OR d.updated_at < $8)
   AND ($9::text[] IS NULL OR convert_from(e.payload, 'UTF8')::jsonb #>> $9 = $10)
   AND ($11::bigint[] IS NULL OR d.id = ANY($11))
+  AND ($12::text IS NULL OR d.last_error ILIKE $12)
+  AND ($13::text IS NULL OR d.last_error ILIKE $13)
+  AND ($14::text IS NULL OR convert_from(e.payload, 'UTF8') ILIKE $14)
 
 -- name: find_deliveries
 -- The dashboard's delivery list: every filter optional, newest first below a
@@ -223,12 +228,12 @@ FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
 WHERE {_delivery_filter}
-  AND ($12::bigint IS NULL OR d.id < $12)
+  AND ($15::bigint IS NULL OR d.id < $15)
 ORDER BY d.id DESC
-LIMIT $13;
+LIMIT $16;
 
 -- name: count_deliveries
--- As find_deliveries, counted no further than $12 rows: a capped count stays
+-- As find_deliveries, counted no further than $15 rows: a capped count stays
 -- fast at millions of rows and the page shows "N+".
 SELECT count(*) FROM (
     SELECT 1
@@ -236,7 +241,7 @@ SELECT count(*) FROM (
     JOIN {schema}.subscriptions s ON s.id = d.subscription_id
     JOIN {schema}.events e ON e.id = d.event_id
     WHERE {_delivery_filter}
-    LIMIT $12
+    LIMIT $15
 ) capped;
 
 -- name: find_deliveries_dead
@@ -252,9 +257,9 @@ JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
 WHERE d.status = 'dead'
   AND {_delivery_filter}
-  AND ($12::bigint IS NULL OR d.id < $12)
+  AND ($15::bigint IS NULL OR d.id < $15)
 ORDER BY d.id DESC
-LIMIT $13;
+LIMIT $16;
 
 -- name: count_deliveries_dead
 -- As count_deliveries for $2 = 'dead', through deliveries_dead (see find_deliveries_dead).
@@ -265,21 +270,21 @@ SELECT count(*) FROM (
     JOIN {schema}.events e ON e.id = d.event_id
     WHERE d.status = 'dead'
       AND {_delivery_filter}
-    LIMIT $12
+    LIMIT $15
 ) capped;
 
 -- name: delivery_ids
 -- The walk of a bulk replay, purge or cancel: the ids matching the filters of
--- find_deliveries above the cursor $12, in id order (one ascending range read
+-- find_deliveries above the cursor $15, in id order (one ascending range read
 -- of the primary key per batch, from where the previous batch stopped).
 SELECT d.id
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
 WHERE {_delivery_filter}
-  AND d.id > $12
+  AND d.id > $15
 ORDER BY d.id
-LIMIT $13;
+LIMIT $16;
 
 -- name: delivery_ids_dead
 -- As delivery_ids for $2 = 'dead', with the status also written out: only
@@ -291,9 +296,9 @@ JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
 WHERE d.status = 'dead'
   AND {_delivery_filter}
-  AND d.id > $12
+  AND d.id > $15
 ORDER BY d.id
-LIMIT $13;
+LIMIT $16;
 
 -- name: event_row
 SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at,

@@ -172,6 +172,8 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
 -- The conditions of a DeliveryFilter past its id bounds and status, included
 -- by find_deliveries, count_deliveries and the id walks: every one optional.
 -- The payload filter parses JSON only for rows the cheaper conditions kept.
+-- The error and payload substrings and the error pattern are LIKE patterns
+-- with a backslash escape (LIKE ignores ASCII case, as ILIKE does on PostgreSQL).
 (:subscription IS NULL OR s.name = :subscription)
   AND (:event_type IS NULL OR e.event_type = :event_type)
   AND (:event_id IS NULL OR d.event_id = :event_id)
@@ -182,6 +184,9 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
   AND (:path IS NULL OR (CASE json_type(CAST(e.payload AS TEXT), :path)
         WHEN 'true' THEN 'true' WHEN 'false' THEN 'false'
         ELSE CAST(json_extract(CAST(e.payload AS TEXT), :path) AS TEXT) END) = :payload_value)
+  AND (:error_like IS NULL OR d.last_error LIKE :error_like ESCAPE '\')
+  AND (:message_like IS NULL OR d.last_error LIKE :message_like ESCAPE '\')
+  AND (:payload_like IS NULL OR CAST(e.payload AS TEXT) LIKE :payload_like ESCAPE '\')
 
 -- name: find_deliveries
 -- The dashboard's delivery list: every filter optional, newest first below a
