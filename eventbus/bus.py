@@ -15,6 +15,7 @@ import orjson
 from ._coalesce import PublishCoalescer
 from ._deprecated import Moved
 from ._priority import checked_priority
+from .audit import Audit
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import (
@@ -206,6 +207,8 @@ class Bus(Router):
             self.delivery,
         )
         """Subscriptions without a handler, whose deliveries code claims itself (:mod:`eventbus.pull`)."""
+        self.audit = Audit(lambda: self.backend.operate)
+        """The trail of operator actions (:mod:`eventbus.audit`)."""
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Operator"]
 
@@ -46,4 +46,16 @@ class Operator(Protocol):
         Returns how many pending deliveries were cancelled; :class:`NotFound`
         if no subscription has this name.
         """
+        ...
+
+    async def record_audit(self, entry: dict[str, Any]) -> int:
+        """Insert one audit row (the columns of ``audit_log`` but ``id`` and ``at``,
+        which the database sets from its clock); returns its id."""
+        ...
+
+    async def audit_entries(
+        self, *, limit: int, action: str | None = None, actor: str | None = None, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit rows newest first, ``action`` and ``actor`` matching exactly when given,
+        with ids below ``before`` (keyset paging); ``at`` as an aware UTC datetime."""
         ...

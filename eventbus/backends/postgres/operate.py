@@ -12,6 +12,9 @@ from ._db import PgDb
 
 __all__ = ["PgOperator"]
 
+AUDIT_TOP = 2**63 - 1
+"""The keyset cursor of the first page: above every id."""
+
 
 class PgOperator:
     """:class:`~eventbus.backends.ports.Operator` on PostgreSQL: each write is one guarded statement."""
@@ -62,6 +65,28 @@ class PgOperator:
                 return 0
             result = await conn.execute(self.q["cancel_subscription"], row["id"])
         return int(result.split()[-1])
+
+    async def record_audit(self, entry: dict[str, Any]) -> int:
+        """One audit row (see ``Operator.record_audit``)."""
+        e = entry
+        args = (e["actor"], e["origin"], e["action"], e["target"], e["filter"], e["count"], e["interface"])
+        async with self.db.conn("record audit") as conn:
+            return int(await conn.fetchval(self.q["audit_record"], *args))
+
+    async def audit_entries(
+        self, *, limit: int, action: str | None = None, actor: str | None = None, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit rows newest first through the index of the filter given (see ``Operator.audit_entries``)."""
+        cursor = AUDIT_TOP if before is None else before
+        args: tuple[Any, ...]
+        if action is not None:
+            query, args = self.q["audit_page_action"], (cursor, limit, action, actor)
+        elif actor is not None:
+            query, args = self.q["audit_page_actor"], (cursor, limit, actor)
+        else:
+            query, args = self.q["audit_page"], (cursor, limit)
+        async with self.db.conn("audit entries") as conn:
+            return [dict(r) for r in await conn.fetch(query, *args)]
 
     async def _move(self, conn: Any, name: str, state: str, from_states: list[str]) -> asyncpg.Record | None:
         """One guarded state change; :class:`NotFound` when no subscription has the name."""

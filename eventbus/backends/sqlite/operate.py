@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
 from ...errors import NotFound
 from ._db import SQLiteDb
 from ._link import Queries
-from ._units import event_types_of, ids_json, rows
+from ._units import event_types_of, ids_json, rows, to_time
 
 __all__ = ["SQLiteOperator"]
+
+AUDIT_TOP = 2**63 - 1
+"""The keyset cursor of the first page: above every id."""
 
 
 class SQLiteOperator:
@@ -53,6 +57,16 @@ class SQLiteOperator:
 
     async def remove_subscription(self, name: str) -> int:
         return await self._db.write(remove_subscription, name)
+
+    async def record_audit(self, entry: dict[str, Any]) -> int:
+        return await self._db.write(record_audit, entry)
+
+    async def audit_entries(
+        self, *, limit: int, action: str | None = None, actor: str | None = None, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        params = {"limit": limit, "action": action, "actor": actor, "before": before or AUDIT_TOP}
+        name = "audit_page_action" if action is not None else "audit_page_actor" if actor else "audit_page"
+        return [{**dict(r), "at": to_time(r["at"])} for r in await self._db.fetch(name, params)]
 
 
 # -- units of work (on the writer's thread, under the write lock) ---------------------
@@ -96,3 +110,8 @@ def remove_subscription(conn: sqlite3.Connection, q: Queries, now: float, name: 
     if moved is None:
         return 0
     return conn.execute(q["cancel_subscription"], {"subscription_id": moved[0], "now": now}).rowcount
+
+
+def record_audit(conn: sqlite3.Connection, q: Queries, now: float, entry: dict[str, Any]) -> int:
+    """One audit row at the writer's clock."""
+    return int(conn.execute(q["audit_record"], {**entry, "now": now}).fetchone()[0])
