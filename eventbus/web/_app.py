@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..bus import MAX_INSPECT_ROWS, Bus
 from ..errors import ConfigurationError, EventBusError, NotFound
-from . import _actions, _live, _pages
+from . import _actions, _audit, _live, _pages
 from ._guard import Guard, Refused
 from ._render import Pages
 
@@ -92,6 +92,7 @@ def create_app(
     routes = [
         *_pages.routes(pages),
         *_actions.routes(pages),
+        *_audit.routes(pages),
         Route("/live", _live.endpoint(pages, live_interval)),
         Mount("/static", StaticFiles(packages=[("eventbus.web", "static")]), name="static"),
     ]
