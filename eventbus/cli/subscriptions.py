@@ -7,6 +7,7 @@ import msgspec
 
 from ..types import SubscriptionInfo
 from ._common import Obj, enc_hook, run
+from .audit import after
 
 __all__ = ["STALE_AFTER_SECONDS", "subscriptions", "unserved_note"]
 
@@ -77,7 +78,7 @@ def pause(obj: Obj, name: str) -> None:
 
     async def go() -> bool:
         async with obj.bus() as bus:
-            return await bus.pause_subscription(name)
+            return await after(bus, bus.pause_subscription(name), "pause", f"subscription {name}")
 
     click.echo(f"paused {name}" if run(go) else f"{name} was not active: unchanged")
 
@@ -90,7 +91,7 @@ def resume(obj: Obj, name: str) -> None:
 
     async def go() -> bool:
         async with obj.bus() as bus:
-            return await bus.resume_subscription(name)
+            return await after(bus, bus.resume_subscription(name), "resume", f"subscription {name}")
 
     click.echo(f"resumed {name}" if run(go) else f"{name} was active: unchanged")
 
@@ -106,6 +107,6 @@ def remove(obj: Obj, name: str, yes: bool) -> None:
 
     async def go() -> int:
         async with obj.bus() as bus:
-            return await bus.remove_subscription(name)
+            return await after(bus, bus.remove_subscription(name), "remove", f"subscription {name}")
 
     click.echo(f"removed {name}: {run(go)} pending deliveries cancelled")
