@@ -31,8 +31,8 @@ async def test_cli_actions_are_audited_and_listed(make_bus, target: Target) -> N
     await bus.register()
     later = await bus.publish(OrderPlaced(order_id="later"), delay=3600)
     (pending,) = await bus.find_deliveries(DeliveryFilter(event_id=later.event_id))
-    for args in (("subscriptions", "pause", "charge"), ("cancel", str(pending.id))):
-        done = await anyio.to_thread.run_sync(lambda a=args: _eventbus(target, *a))
+    for args in (["subscriptions", "pause", "charge"], ["cancel", str(pending.id)]):
+        done = await anyio.to_thread.run_sync(_eventbus, target, *args)
         assert done.returncode == 0, done.stderr
     listed = await anyio.to_thread.run_sync(lambda: _eventbus(target, "audit", "--json", "--limit", "5"))
     assert listed.returncode == 0, listed.stderr

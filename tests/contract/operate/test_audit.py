@@ -65,7 +65,7 @@ async def test_bad_filters_are_typed_errors(bus) -> None:
     with pytest.raises(ConfigurationError, match="unknown audit action"):
         await _record(bus, "explode", "ann")
     with pytest.raises(ConfigurationError, match="dashboard or cli"):
-        await bus.audit.record("replay", "x", actor="a", origin="b", interface="web")  # type: ignore[arg-type]
+        await bus.audit.record("replay", "x", actor="a", origin="b", interface="web")
 
 
 async def test_retention_prunes_old_audit_rows(make_bus, target: Target) -> None:

@@ -25,7 +25,7 @@ async def _act(rw: httpx.AsyncClient, bus: Bus, csrf: str) -> list[int]:
     later = await bus.publish(OrderPlaced(order_id="later"), delay=3600)
     (pending,) = await bus.find_deliveries(DeliveryFilter(event_id=later.event_id))
     (approval,) = await bus.workflows.approvals(pay, "c-1")
-    posts = [
+    posts: list[tuple[str, dict[str, Any]]] = [
         ("/dead/action", {"op": "purge", "ids": dead[:1], "confirm": "yes"}),
         ("/dead/action", {"op": "replay", "scope": "filter", "subscription": "charge", "confirm": "yes"}),
         ("/deliveries/cancel", {"ids": [str(pending.id)]}),
