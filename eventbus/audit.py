@@ -4,8 +4,10 @@ Each row says who acted (the operator's name), from where (the remote
 address on the dashboard, ``user@host`` on the command line), what they did
 (:data:`ACTIONS`), on what (a subscription, ``machine/key``, a schedule, an
 approval or delivery ids), with which filter, how many rows it affected, when
-(the database's clock) and through which interface. ``bus.audit.record``
-writes one right after the action with the count it returned;
+(the database's clock) and through which interface. An action that is one
+store call (``bus.cancel`` and the subscription moves, given ``audit=Actor(...)``)
+writes its row in its own transaction; ``bus.audit.record`` writes one right
+after any other action with the count it returned;
 ``bus.audit.entries`` reads them newest first, paged by keyset on the id.
 Retention deletes rows older than ``Retention.audit_retention``.
 """
@@ -14,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
 from .backends.ports import Operator
 from .errors import ConfigurationError
 
-__all__ = ["ACTIONS", "MAX_AUDIT_ROWS", "Audit", "AuditEntry", "Interface"]
+__all__ = ["ACTIONS", "MAX_AUDIT_ROWS", "Actor", "Audit", "AuditEntry", "Interface"]
 
 ACTIONS = (
     "approve", "cancel", "deny", "pause", "purge", "release", "remove", "repoint", "replay", "resolve",
@@ -33,6 +35,34 @@ MAX_AUDIT_ROWS = 1000
 MAX_TEXT = 2000
 """Longer texts (a filter, a list of ids) are cut to this many characters."""
 Interface = Literal["dashboard", "cli"]
+
+
+def _entry(
+    action: str, target: str, actor: str, origin: str, interface: str, filter: str | None
+) -> dict[str, Any]:
+    """A checked audit row without its count."""
+    if action not in ACTIONS:
+        raise ConfigurationError(f"unknown audit action {action!r}: one of {', '.join(ACTIONS)}")
+    if interface not in ("dashboard", "cli"):
+        raise ConfigurationError(f"interface must be dashboard or cli, got {interface!r}")
+    return {
+        "action": action, "target": _cut(target), "actor": _cut(actor) or "?",
+        "origin": _cut(origin) or "?", "interface": interface, "filter": _cut(filter),
+    }  # fmt: skip
+
+
+class Actor(msgspec.Struct, frozen=True):
+    """Who acts: given as ``audit=`` to an action, it records itself in the action's own transaction."""
+
+    name: str
+    """The operator's name."""
+    origin: str
+    """The remote address (dashboard) or ``user@host`` (command line)."""
+    interface: Interface
+
+    def entry(self, action: str, target: str, filter: str | None = None) -> dict[str, Any]:
+        """The row ``action`` on ``target`` writes (the store adds the count)."""
+        return _entry(action, target, self.name, self.origin, self.interface, filter)
 
 
 class AuditEntry(msgspec.Struct, frozen=True):
@@ -87,15 +117,8 @@ class Audit:
         filter: str | None = None,
     ) -> int:
         """Write one row for an action just taken; returns its id."""
-        if action not in ACTIONS:
-            raise ConfigurationError(f"unknown audit action {action!r}: one of {', '.join(ACTIONS)}")
-        if interface not in ("dashboard", "cli"):
-            raise ConfigurationError(f"interface must be dashboard or cli, got {interface!r}")
-        entry = {
-            "action": action, "target": _cut(target), "actor": _cut(actor) or "?",
-            "origin": _cut(origin) or "?", "interface": interface, "count": count, "filter": _cut(filter),
-        }  # fmt: skip
-        return await self._store().record_audit(entry)
+        entry = _entry(action, target, actor, origin, interface, filter)
+        return await self._store().record_audit({**entry, "count": count})
 
     async def entries(
         self,

@@ -23,7 +23,7 @@ from ..event import event_version_of
 from ..types import StatusReport
 from ..worker import Worker, serve_health
 from ._common import ID, Obj, enc_hook, load_app, run
-from .audit import after, audit
+from .audit import acting, audit
 from .bench import bench
 from .dashboard import dashboard
 from .dlq import dlq
@@ -246,7 +246,7 @@ def cancel(obj: Obj, ids: tuple[int, ...]) -> None:
 
     async def go() -> int:
         async with obj.bus() as bus:
-            return await after(bus, bus.cancel(ids), "cancel", "ids " + ", ".join(map(str, sorted(set(ids)))))
+            return await bus.cancel(ids, audit=acting())
 
     count = run(go)
     skipped = len(set(ids)) - count

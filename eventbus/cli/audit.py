@@ -1,8 +1,10 @@
 """``eventbus audit``, and what the command line's actions record in the audit trail.
 
-An action records its row right after the bus returned, with the count it
-returned: the operator is ``--by`` where the command takes one, else
-``$EVENTBUS_OPERATOR``, else the login name; the origin is ``user@host``.
+``cancel`` and the subscription commands record their row in their own
+transaction (``audit=acting()``); other actions record theirs right after the
+bus returned, with the count it returned. The operator is ``--by`` where the
+command takes one, else ``$EVENTBUS_OPERATOR``, else the login name; the
+origin is ``user@host``.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from typing import TypeVar
 import click
 import msgspec
 
-from ..audit import ACTIONS, MAX_AUDIT_ROWS, AuditEntry
+from ..audit import ACTIONS, MAX_AUDIT_ROWS, Actor, AuditEntry
 from ..bus import Bus
 from ._common import ID, Obj, enc_hook, run
 
-__all__ = ["after", "audit", "count_of", "no_count"]
+__all__ = ["acting", "after", "audit", "count_of", "no_count"]
 
 T = TypeVar("T")
 
@@ -55,12 +57,17 @@ async def after(
 ) -> T:
     """Await the action ``done``, then record it in the audit trail with the count it returned."""
     result = await done
-    actor = by or os.environ.get("EVENTBUS_OPERATOR") or _user()
-    origin = f"{_user()}@{socket.gethostname()}"
+    who = acting(by)
     await bus.audit.record(
-        action, target, actor=actor, origin=origin, interface="cli", count=count(result), filter=filter
+        action, target, actor=who.name, origin=who.origin, interface="cli", count=count(result), filter=filter
     )
     return result
+
+
+def acting(by: str | None = None) -> Actor:
+    """Who runs this command, from where."""
+    name = by or os.environ.get("EVENTBUS_OPERATOR") or _user()
+    return Actor(name, f"{_user()}@{socket.gethostname()}", "cli")
 
 
 @click.command()

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from ..errors import ConfigurationError
 from ..types import DeliveryFilter
 from . import _filters as f
-from ._audit import audited, count_of
+from ._audit import acting, audited
 from ._guard import COOKIE, Refused, actor, client_of, log, operator_name, read_form, same_origin
 from ._render import Pages, capped
 
@@ -136,9 +136,8 @@ def cancel_action(p: Pages) -> Action:
 
     async def action(request: Request, form: FormData) -> Response:
         ids = _ticked(form, "pending deliveries")
-        done = await p.bus.cancel(ids)
+        done = await p.bus.cancel(ids, audit=acting(request))
         _did(request, f"cancel deliveries {ids}", done)
-        await audited(p, request, "cancel", _describe(DeliveryFilter(ids=ids)), done)
         return _back(request, "/deliveries?status=pending", "cancelled", n=done, of=len(ids))
 
     return action
@@ -206,13 +205,12 @@ def subscription_action(p: Pages) -> Action:
     async def action(request: Request, form: FormData) -> Response:
         name, op = request.path_params["name"], request.path_params["op"]
         if op == "pause":
-            done: object = await p.bus.pause_subscription(name)
+            done: object = await p.bus.pause_subscription(name, audit=acting(request))
         elif op == "resume":
-            done = await p.bus.resume_subscription(name)
+            done = await p.bus.resume_subscription(name, audit=acting(request))
         else:
             raise ConfigurationError(f"unknown subscription action {op!r}")
         _did(request, f"subscription {name} {op}", done)
-        await audited(p, request, op, f"subscription {name}", count_of(done))
         return _back(request, "/", f"subscription-{op}" if done else "unchanged")
 
     return action

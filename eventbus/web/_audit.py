@@ -1,7 +1,9 @@
 """The audit trail on the dashboard: what each action records, and the ``/audit`` page.
 
-An action records its row right after the bus returned, with the count it
-returned, the operator the guard let through and the client's address.
+A cancel and a subscription's pause or resume record their row in their own
+transaction (``audit=acting(request)``); other actions record theirs right
+after the bus returned, with the count it returned. Both carry the operator
+the guard let through and the client's address.
 """
 
 from __future__ import annotations
@@ -12,12 +14,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..audit import ACTIONS
+from ..audit import ACTIONS, Actor
 from . import _filters as f
 from ._guard import actor, client_of
 from ._render import Pages
 
-__all__ = ["audited", "routes"]
+__all__ = ["acting", "audited", "routes"]
+
+
+def acting(request: Request) -> Actor:
+    """This request's operator and client address, for an action that records itself."""
+    return Actor(actor(request), client_of(request), "dashboard")
 
 
 async def audited(
@@ -28,11 +35,6 @@ async def audited(
         action, target, actor=actor(request), origin=client_of(request), interface="dashboard",
         count=count, filter=filter,
     )  # fmt: skip
-
-
-def count_of(done: object) -> int | None:
-    """The count an action returned: a number as it is, True/False as 1/0, anything else none."""
-    return int(done) if isinstance(done, int) else None
 
 
 def routes(p: Pages) -> list[Route]:

@@ -19,25 +19,31 @@ class Operator(Protocol):
         """Delete dead deliveries and their attempt history; returns how many."""
         ...
 
-    async def cancel(self, ids: Sequence[int]) -> int:
-        """Pending -> cancelled; returns how many moved."""
+    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        """Pending -> cancelled; returns how many moved.
+
+        ``audit``: an audit row (as :meth:`record_audit` takes, but its count)
+        written in the same transaction with the count moved; the same for the
+        subscription moves (1 or 0 for a pause or resume, the deliveries
+        cancelled for a removal).
+        """
         ...
 
-    async def pause_subscription(self, name: str) -> bool:
+    async def pause_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
         """Active -> paused: fan-out goes on, claims stop. False if it was not active.
 
         :class:`NotFound` if no subscription has this name.
         """
         ...
 
-    async def resume_subscription(self, name: str) -> bool:
+    async def resume_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
         """Paused or removed -> active, waking workers for its backlog. False if it was active.
 
         :class:`NotFound` if no subscription has this name.
         """
         ...
 
-    async def remove_subscription(self, name: str) -> int:
+    async def remove_subscription(self, name: str, audit: dict[str, Any] | None = None) -> int:
         """Mark removed and cancel its pending deliveries, in one transaction.
 
         Fan-out and claims skip a removed subscription from the commit on; its

@@ -41,22 +41,22 @@ class SQLiteOperator:
             return 0
         return await self._db.write(purge, ids)
 
-    async def cancel(self, ids: Sequence[int]) -> int:
-        if not ids:
+    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        if not ids and audit is None:
             return 0
-        return await self._db.write(cancel, ids)
+        return await self._db.write(cancel, ids, audit)
 
-    async def pause_subscription(self, name: str) -> bool:
-        return await self._db.write(move_subscription, name, "paused", ("active",)) is not None
+    async def pause_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
+        return await self._db.write(move_audited, name, "paused", ("active",), audit) is not None
 
-    async def resume_subscription(self, name: str) -> bool:
-        moved = await self._db.write(move_subscription, name, "active", ("paused", "removed"))
+    async def resume_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
+        moved = await self._db.write(move_audited, name, "active", ("paused", "removed"), audit)
         if moved is not None:
             self._db.wake({moved[1]})
         return moved is not None
 
-    async def remove_subscription(self, name: str) -> int:
-        return await self._db.write(remove_subscription, name)
+    async def remove_subscription(self, name: str, audit: dict[str, Any] | None = None) -> int:
+        return await self._db.write(remove_subscription, name, audit)
 
     async def record_audit(self, entry: dict[str, Any]) -> int:
         return await self._db.write(record_audit, entry)
@@ -86,8 +86,30 @@ def purge(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) 
     return len(gone)
 
 
-def cancel(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> int:
-    return len(rows(conn, q["cancel"], {"ids": ids_json(ids), "now": now}))
+def cancel(
+    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], audit: dict[str, Any] | None
+) -> int:
+    """Pending -> cancelled among ``ids``, with the action's audit row when given."""
+    moved = len(rows(conn, q["cancel"], {"ids": ids_json(ids), "now": now}))
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": moved})
+    return moved
+
+
+def move_audited(
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    name: str,
+    state: str,
+    from_states: Sequence[str],
+    audit: dict[str, Any] | None,
+) -> tuple[int, str] | None:
+    """:func:`move_subscription` with the action's audit row (count 1 or 0) when given."""
+    moved = move_subscription(conn, q, now, name, state, from_states)
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": int(moved is not None)})
+    return moved
 
 
 def move_subscription(
@@ -103,13 +125,19 @@ def move_subscription(
     return None
 
 
-def remove_subscription(conn: sqlite3.Connection, q: Queries, now: float, name: str) -> int:
-    """Mark removed and cancel its pending deliveries, in one transaction."""
+def remove_subscription(
+    conn: sqlite3.Connection, q: Queries, now: float, name: str, audit: dict[str, Any] | None
+) -> int:
+    """Mark removed and cancel its pending deliveries, in one transaction (with its audit row)."""
     # Again on a removed one: a delivery that was running then may have come back to pending.
     moved = move_subscription(conn, q, now, name, "removed", ("active", "paused", "removed"))
-    if moved is None:
-        return 0
-    return conn.execute(q["cancel_subscription"], {"subscription_id": moved[0], "now": now}).rowcount
+    cancelled = 0
+    if moved is not None:
+        params = {"subscription_id": moved[0], "now": now}
+        cancelled = conn.execute(q["cancel_subscription"], params).rowcount
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": cancelled})
+    return cancelled
 
 
 def record_audit(conn: sqlite3.Connection, q: Queries, now: float, entry: dict[str, Any]) -> int:

@@ -8,11 +8,14 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from eventbus import ConfigurationError
+from eventbus import ConfigurationError, Context, NotFound
+from eventbus.audit import Actor
 from eventbus.retention import Retention
+from eventbus.types import DeliveryFilter
 
 from ...conftest import Target
 from ...features.schedules._support import sqlite_path
+from ...support.helpers import OrderPlaced
 
 
 async def _age_audit(target: Target, seconds: float) -> None:
@@ -53,6 +56,30 @@ async def test_rows_come_back_newest_first_filtered_and_paged(bus) -> None:
     page = await bus.audit.entries(limit=2)
     assert [r.id for r in page] == [ids[2], ids[1]]
     assert [r.id for r in await bus.audit.entries(limit=2, before=page[-1].id)] == [ids[0]]
+
+
+async def test_a_store_action_records_itself_in_its_own_transaction(bus) -> None:
+    @bus.subscribe(OrderPlaced, name="charge")
+    async def charge(event: OrderPlaced, ctx: Context) -> None: ...
+
+    await bus.register()
+    later = await bus.publish(OrderPlaced(order_id="later"), delay=3600)
+    (pending,) = await bus.find_deliveries(DeliveryFilter(event_id=later.event_id))
+    ann = Actor("ann", "10.0.0.7", "dashboard")
+    assert await bus.cancel([pending.id, pending.id + 999], audit=ann) == 1
+    assert await bus.pause_subscription("charge", audit=ann) is True
+    assert await bus.pause_subscription("charge", audit=ann) is False  # recorded, with nothing moved
+    assert await bus.remove_subscription("charge", audit=ann) == 0
+    with pytest.raises(NotFound):
+        await bus.resume_subscription("nosuch", audit=ann)  # refused: its row rolls back with it
+    rows = (await bus.audit.entries())[::-1]
+    assert [(r.action, r.target, r.count) for r in rows] == [
+        ("cancel", f"ids {pending.id}, {pending.id + 999}", 1),
+        ("pause", "subscription charge", 1),
+        ("pause", "subscription charge", 0),
+        ("remove", "subscription charge", 0),
+    ]
+    assert {(r.actor, r.origin, r.interface) for r in rows} == {("ann", "10.0.0.7", "dashboard")}
 
 
 async def test_bad_filters_are_typed_errors(bus) -> None:
