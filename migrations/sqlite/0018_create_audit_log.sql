@@ -14,9 +14,11 @@ CREATE TABLE audit_log (
     interface text    NOT NULL    -- dashboard or cli
 );
 
--- The audit page and `eventbus audit` filtered by action or actor, newest
+-- The audit page and `eventbus audit` filtered by action, actor or both, newest
 -- first, paged by keyset on id: one range read of each index.
 CREATE INDEX audit_log_action ON audit_log (action, id);
 CREATE INDEX audit_log_actor ON audit_log (actor, id);
+-- Both filters at once: one operator's rows of one action.
+CREATE INDEX audit_log_actor_action ON audit_log (actor, action, id);
 -- Retention walks the oldest rows by time.
 CREATE INDEX audit_log_at ON audit_log (at);

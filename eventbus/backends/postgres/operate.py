@@ -88,8 +88,10 @@ class PgOperator:
         """Audit rows newest first through the index of the filter given (see ``Operator.audit_entries``)."""
         cursor = AUDIT_TOP if before is None else before
         args: tuple[Any, ...]
-        if action is not None:
-            query, args = self.q["audit_page_action"], (cursor, limit, action, actor)
+        if action is not None and actor is not None:
+            query, args = self.q["audit_page_actor_action"], (cursor, limit, action, actor)
+        elif action is not None:
+            query, args = self.q["audit_page_action"], (cursor, limit, action)
         elif actor is not None:
             query, args = self.q["audit_page_actor"], (cursor, limit, actor)
         else:

@@ -65,7 +65,9 @@ class SQLiteOperator:
         self, *, limit: int, action: str | None = None, actor: str | None = None, before: int | None = None
     ) -> list[dict[str, Any]]:
         params = {"limit": limit, "action": action, "actor": actor, "before": before or AUDIT_TOP}
-        name = "audit_page_action" if action is not None else "audit_page_actor" if actor else "audit_page"
+        names = {(True, True): "audit_page_actor_action", (True, False): "audit_page_action"}
+        names |= {(False, True): "audit_page_actor", (False, False): "audit_page"}
+        name = names[(action is not None, actor is not None)]
         return [{**dict(r), "at": to_time(r["at"])} for r in await self._db.fetch(name, params)]
 
 

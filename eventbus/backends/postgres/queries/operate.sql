@@ -53,23 +53,35 @@ RETURNING id;
 -- name: audit_page
 -- The audit trail newest first below the keyset cursor $1 (an id), $2 rows:
 -- a backward range read of the primary key.
-SELECT id, at, actor, origin, action, target, filter, count, interface FROM {schema}.audit_log
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
 WHERE id < $1
 ORDER BY id DESC
 LIMIT $2;
 
 -- name: audit_page_action
--- One action's rows ($3; and one actor's, $4, when not NULL) newest first
--- below the cursor $1, $2 rows: a backward range read of audit_log_action.
-SELECT id, at, actor, origin, action, target, filter, count, interface FROM {schema}.audit_log
-WHERE action = $3 AND id < $1 AND ($4::text IS NULL OR actor = $4)
+-- One action's rows ($3) newest first below the cursor $1, $2 rows: a
+-- backward range read of audit_log_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
+WHERE action = $3 AND id < $1
 ORDER BY action DESC, id DESC
+LIMIT $2;
+
+-- name: audit_page_actor_action
+-- One actor's ($4) rows of one action ($3) newest first below the cursor $1,
+-- $2 rows: a backward range read of audit_log_actor_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
+WHERE actor = $4 AND action = $3 AND id < $1
+ORDER BY actor DESC, action DESC, id DESC
 LIMIT $2;
 
 -- name: audit_page_actor
 -- One actor's rows ($3) newest first below the cursor $1, $2 rows: a
 -- backward range read of audit_log_actor.
-SELECT id, at, actor, origin, action, target, filter, count, interface FROM {schema}.audit_log
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
 WHERE actor = $3 AND id < $1
 ORDER BY actor DESC, id DESC
 LIMIT $2;

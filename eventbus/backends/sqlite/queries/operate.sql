@@ -47,23 +47,35 @@ RETURNING id;
 -- name: audit_page
 -- The audit trail newest first below the keyset cursor :before (an id),
 -- :limit rows: a backward range read of the primary key.
-SELECT id, at, actor, origin, action, target, filter, count, interface FROM audit_log
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log
 WHERE id < :before
 ORDER BY id DESC
 LIMIT :limit;
 
 -- name: audit_page_action
--- One action's rows (and one actor's, when :actor is not NULL) newest first
--- below the cursor: a backward range read of audit_log_action.
-SELECT id, at, actor, origin, action, target, filter, count, interface FROM audit_log INDEXED BY audit_log_action
-WHERE action = :action AND id < :before AND (:actor IS NULL OR actor = :actor)
+-- One action's rows newest first below the cursor: a backward range read of
+-- audit_log_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log INDEXED BY audit_log_action
+WHERE action = :action AND id < :before
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: audit_page_actor_action
+-- One actor's rows of one action newest first below the cursor: a backward
+-- range read of audit_log_actor_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log INDEXED BY audit_log_actor_action
+WHERE actor = :actor AND action = :action AND id < :before
 ORDER BY id DESC
 LIMIT :limit;
 
 -- name: audit_page_actor
 -- One actor's rows newest first below the cursor: a backward range read of
 -- audit_log_actor.
-SELECT id, at, actor, origin, action, target, filter, count, interface FROM audit_log INDEXED BY audit_log_actor
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log INDEXED BY audit_log_actor
 WHERE actor = :actor AND id < :before
 ORDER BY id DESC
 LIMIT :limit;
