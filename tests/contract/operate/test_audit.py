@@ -1,4 +1,4 @@
-"""The audit trail: rows recorded, read newest first by keyset, filtered, and pruned (both backends)."""
+"""The audit trail: rows recorded, read newest first by keyset, filtered, and pruned (every backend)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,17 @@ async def test_rows_come_back_newest_first_filtered_and_paged(bus) -> None:
     page = await bus.audit.entries(limit=2)
     assert [r.id for r in page] == [ids[2], ids[1]]
     assert [r.id for r in await bus.audit.entries(limit=2, before=page[-1].id)] == [ids[0]]
+    # Bad filters are typed errors.
+    with pytest.raises(ConfigurationError, match="unknown audit action 'explode'"):
+        await bus.audit.entries(action="explode")
+    with pytest.raises(ConfigurationError, match="cannot be empty"):
+        await bus.audit.entries(actor=" ")
+    with pytest.raises(ConfigurationError, match="1 to 1000 rows"):
+        await bus.audit.entries(limit=0)
+    with pytest.raises(ConfigurationError, match="unknown audit action"):
+        await _record(bus, "explode", "ann")
+    with pytest.raises(ConfigurationError, match="dashboard or cli"):
+        await bus.audit.record("replay", "x", actor="a", origin="b", interface="web")
 
 
 async def test_a_store_action_records_itself_in_its_own_transaction(bus) -> None:
@@ -80,19 +91,6 @@ async def test_a_store_action_records_itself_in_its_own_transaction(bus) -> None
         ("remove", "subscription charge", 0),
     ]
     assert {(r.actor, r.origin, r.interface) for r in rows} == {("ann", "10.0.0.7", "dashboard")}
-
-
-async def test_bad_filters_are_typed_errors(bus) -> None:
-    with pytest.raises(ConfigurationError, match="unknown audit action 'explode'"):
-        await bus.audit.entries(action="explode")
-    with pytest.raises(ConfigurationError, match="cannot be empty"):
-        await bus.audit.entries(actor=" ")
-    with pytest.raises(ConfigurationError, match="1 to 1000 rows"):
-        await bus.audit.entries(limit=0)
-    with pytest.raises(ConfigurationError, match="unknown audit action"):
-        await _record(bus, "explode", "ann")
-    with pytest.raises(ConfigurationError, match="dashboard or cli"):
-        await bus.audit.record("replay", "x", actor="a", origin="b", interface="web")
 
 
 async def test_retention_prunes_old_audit_rows(make_bus, target: Target) -> None:
