@@ -87,6 +87,11 @@ class OutcomeLog(NoHooks):
         """Completions are logged only when their level is enabled."""
         return self.logger.isEnabledFor(self.completed_level)
 
+    def observes_deliveries(self) -> bool:
+        """Only completions are logged here (failures and refusals are the worker's lines):
+        nothing to observe while their level is off."""
+        return self.logger.isEnabledFor(self.completed_level)
+
     def on_outcome(self, outcome: DeliveryOutcome) -> None:
         if outcome.kind != "completed":
             return  # failures and refusals: the worker's rate-limited lines

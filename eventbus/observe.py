@@ -9,9 +9,12 @@ from a hook is logged and ignored, never allowed to lose a result).
 The worker keeps what hooks need about a delivery from its claim to its
 outcome in a :class:`DeliveryTracker`, so each hook gets one
 :class:`DeliveryOutcome` with the ids, timings and result instead of piecing them
-together. While a handler runs, :data:`current_delivery` holds its
-:class:`DeliveryContext`; :mod:`eventbus.logs` copies it into every log
-record the handler writes.
+together. When no hook observes deliveries (the default: only the outcome
+log is attached, and its completion level is off), the worker tracks
+nothing per delivery; a hook added with ``bus.add_hooks`` to a running
+worker is told from the worker's next claim on. While a handler runs,
+:data:`current_delivery` holds its :class:`DeliveryContext` either way;
+:mod:`eventbus.logs` copies it into every log record the handler writes.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ __all__ = [
     "Publishing",
     "current_delivery",
     "delivery_context",
+    "observes_deliveries",
     "wants_every_outcome",
 ]
 
@@ -281,6 +285,18 @@ def _wait_seconds(delivery: ClaimedDelivery, claimed: datetime) -> float | None:
     return max(0.0, (claimed - runnable).total_seconds())
 
 
+def observes_deliveries(hooks: object) -> bool:
+    """Whether ``hooks`` do anything with a claimed delivery (its claim, handler run or outcome).
+
+    A hook may say no with ``observes_deliveries()`` (the outcome log does while
+    its completion level is off); hooks that do not say are taken to observe.
+    """
+    if isinstance(hooks, CompositeHooks):
+        return any(observes_deliveries(h) for h in hooks.hooks)
+    ask = getattr(hooks, "observes_deliveries", None)
+    return True if ask is None else bool(ask())
+
+
 def wants_every_outcome(hooks: object) -> bool:
     """Whether ``hooks`` use completions too (a hook may say no with ``wants_every_outcome()``)."""
     ask = getattr(hooks, "wants_every_outcome", None)
@@ -291,11 +307,14 @@ def wants_every_outcome(hooks: object) -> bool:
 class DeliveryTracker:
     """What the worker knows of each delivery between its claim and its outcome.
 
-    It binds :data:`current_delivery` around each handler and, when some hook
-    wants every outcome, times the handler. The fast path (no hook but the
-    outcome log, completions not logged) costs a dict entry and a context
-    variable per delivery. A delivery handed back unstarted, or whose result
-    is never written, is dropped once more than ``limit`` are tracked.
+    It binds :data:`current_delivery` around each handler (for
+    :func:`delivery_context` and the log filter) and, when some hook wants
+    every outcome, times the handler. When no hook observes deliveries (none
+    but the outcome log, whose completion level is off: see
+    :func:`observes_deliveries`, asked once per claimed batch), a batch is
+    not tracked at all: its deliveries cost the context variable and nothing
+    else. A delivery handed back unstarted, or whose result is never
+    written, is dropped once more than ``limit`` are tracked.
     """
 
     hooks: CompositeHooks | NoHooks
@@ -305,6 +324,8 @@ class DeliveryTracker:
     _durations: dict[int, float] = field(default_factory=dict)
 
     def claimed(self, subscription: str, batch: Sequence[ClaimedDelivery], seconds: float) -> None:
+        if not observes_deliveries(self.hooks):
+            return  # nothing would be told: the batch is not tracked
         info = _Batch(subscription, time.monotonic(), datetime.now(UTC), wants_every_outcome(self.hooks))
         tracked = self._tracked
         tracked.update({d.id: (info, d) for d in batch})
@@ -315,6 +336,8 @@ class DeliveryTracker:
     def enter(self, ctx: Context) -> tuple[contextvars.Token[tuple[Context, str] | None], Any, float]:
         """Before the handler: bind the delivery, enter the hooks' context, start the clock."""
         token = current_delivery.set((ctx, self.worker_id))
+        if not self._tracked:
+            return token, None, 0.0
         tracked = self._tracked.get(ctx.delivery_id)
         if tracked is None or not tracked[0].detailed:
             return token, None, 0.0
@@ -338,6 +361,8 @@ class DeliveryTracker:
     def written(self, results: Sequence[Completion | Failure], accepted: Collection[LeaseKey]) -> None:
         """Results the database accepted (their (delivery, token) in ``accepted``) or refused."""
         tracked, durations = self._tracked, self._durations
+        if not tracked and not durations:
+            return  # only tracked deliveries are reported
         for result in results:
             entry = tracked.pop(result.delivery_id, None)
             duration = durations.pop(result.delivery_id, None) if durations else None
@@ -369,6 +394,8 @@ class DeliveryTracker:
 
     def forget(self, ids: Sequence[DeliveryId]) -> None:
         """Deliveries handed back without a result."""
+        if not self._tracked and not self._durations:
+            return
         for delivery_id in ids:
             self._tracked.pop(delivery_id, None)
             self._durations.pop(delivery_id, None)

@@ -9,8 +9,9 @@ one backend (tests/contract/README.md).
 
 A third kind, ``postgres-pgbouncer``, reaches the same server through a
 PgBouncer in transaction pooling mode started by the run (the bus opened with
-``?pooler=transaction``). The contract suite runs on it by default; other
-folders when ``--backend postgres-pgbouncer`` is given. A fourth,
+``?pooler=transaction``). By default only the tests marked ``pooler`` run on it
+(the rule: tests/contract/README.md); every backend test does when
+``--backend postgres-pgbouncer`` is given. A fourth,
 ``postgres-pgbouncer-session`` (PgBouncer in session mode, ``?pooler=session``),
 runs only when named with ``--backend``.
 """
@@ -29,17 +30,26 @@ from eventbus import Bus
 from .support.databases import drop_schema, worker_database
 from .support.pgbouncer import PgBouncer, running_pgbouncer
 from .support.pgserver import PgServer
+from .support.templates import seed_postgres, seed_sqlite
 
 BACKENDS = ["postgres", "sqlite"]
 POOLED = "postgres-pgbouncer"
 """PostgreSQL through PgBouncer in transaction mode (``?pooler=transaction``)."""
 POOLED_SESSION = "postgres-pgbouncer-session"
 """PostgreSQL through PgBouncer in session mode (``?pooler=session``): only with ``--backend``."""
-POOLED_BY_DEFAULT = ("tests/contract/",)
-"""Folders whose backend tests also run through PgBouncer without ``--backend``."""
-# Folders whose tests start first, so the slowest (real processes, kills,
-# restarts) spread over the xdist workers instead of queuing at the end.
-FIRST = ("tests/faults/", "tests/integration/")
+POOLER_MARK = "pooler"
+"""The mark of a backend test that also runs through PgBouncer without ``--backend``: one whose
+code behaves differently behind a transaction pooler (tests/contract/README.md)."""
+# Folders and files whose tests start first, so the slowest (real processes,
+# kills, restarts, a browser) spread over the xdist workers instead of queuing
+# at the end.
+FIRST = (
+    "tests/faults/",
+    "tests/integration/",
+    "tests/features/web/test_browser.py",
+    "tests/features/workflows/test_processes.py",
+    "tests/features/schedules/test_workers.py",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,9 +75,9 @@ def _backend_of(item: pytest.Item) -> str | None:
     return None
 
 
-def _kinds(config: pytest.Config, nodeid: str) -> list[str]:
+def _kinds(config: pytest.Config, definition: pytest.Item) -> list[str]:
     chosen = config.getoption("backend") or ()
-    pooled = POOLED in chosen or nodeid.startswith(POOLED_BY_DEFAULT)
+    pooled = POOLED in chosen or definition.get_closest_marker(POOLER_MARK) is not None
     return [*BACKENDS, *([POOLED] if pooled else []), *([POOLED_SESSION] if POOLED_SESSION in chosen else [])]
 
 
@@ -78,7 +88,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for mark in metafunc.definition.iter_markers("parametrize"):
         if "backend_kind" in str(mark.args[0] if mark.args else mark.kwargs.get("argnames", "")):
             return
-    metafunc.parametrize("backend_kind", _kinds(metafunc.config, metafunc.definition.nodeid), indirect=True)
+    metafunc.parametrize("backend_kind", _kinds(metafunc.config, metafunc.definition), indirect=True)
 
 
 def _start_rank(item: pytest.Item) -> int:
@@ -187,12 +197,32 @@ async def pg_target(pg_dsn: str) -> AsyncIterator[Target]:
 BusFactory = Callable[..., Awaitable[Bus]]
 
 
+@pytest.fixture(scope="session")
+def sqlite_template_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this test process keeps its migrated SQLite file (support/templates.py)."""
+    return tmp_path_factory.mktemp("sqlite-template")
+
+
+async def _seed(target: Target, request: pytest.FixtureRequest) -> None:
+    """Give an empty target a migrated store by copy (support/templates.py)."""
+    if target.schema is None:
+        await seed_sqlite(target.dsn, request.getfixturevalue("sqlite_template_folder"))
+    else:
+        await seed_postgres(target.direct_dsn, target.schema)
+
+
 @pytest.fixture
-async def make_bus(target: Target) -> AsyncIterator[BusFactory]:
-    """Build migrated buses on the test's target; all are closed afterwards."""
+async def make_bus(target: Target, request: pytest.FixtureRequest) -> AsyncIterator[BusFactory]:
+    """Build migrated buses on the test's target; all are closed afterwards.
+
+    The first one finds the target seeded with a migrated store (a copy, not a
+    migration from nothing: support/templates.py); each still runs ``migrate``.
+    """
     buses: list[Bus] = []
 
     async def factory(**options: object) -> Bus:
+        if not buses:
+            await _seed(target, request)
         bus = target.bus(**options)
         await bus.migrate()
         buses.append(bus)

@@ -82,33 +82,74 @@ async def _counters(dsn: str) -> dict[str, Any]:
         await conn.close()
 
 
-async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float]:
+# The WAL records of the transactions that wrote to this (benchmark-only) database,
+# their commit records included, plus records on its relations without a
+# transaction (page pruning, vacuum): the run's own WAL, whatever other
+# databases of the cluster wrote meanwhile.
+_OWN_WAL = """
+WITH r AS (
+    SELECT xid, record_length,
+           coalesce(block_ref, '') ~ ('rel \\d+/' || (SELECT oid FROM pg_database
+                                                      WHERE datname = current_database()) || '/') AS touches
+    FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
+), ours AS (SELECT DISTINCT xid FROM r WHERE touches AND xid <> 0)
+SELECT coalesce(sum(record_length), 0)::bigint FROM r WHERE touches OR xid IN (SELECT xid FROM ours)
+"""
+
+
+async def own_wal(dsn: str, before: str, after: str) -> int | None:
+    """WAL bytes the run wrote to its database (None without the pg_walinspect extension)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        return int(await conn.fetchval(_OWN_WAL, before, after))
+    except asyncpg.PostgresError:
+        return None
+    finally:
+        await conn.close()
+
+
+async def cost_once(make: Factory, n: int, timeout: float) -> dict[str, float | None]:
     """WAL bytes, dead tuples, row writes and commits per event over a drain.
 
     Statistics are read after the worker's connections closed (a backend
-    flushes its counters when it exits), so they cover the whole drain.
+    flushes its counters when it exits), so they cover the whole drain. A
+    temporary replication slot keeps the drain's WAL until it is read.
     """
     a = make()
     await a.open()
+    keeper = await asyncpg.connect(a.dsn)
     try:
-        await enqueue_all(a, n)
-        await analyze_database(a.dsn)
+        await keeper.execute("SELECT pg_create_physical_replication_slot('bench_cost_wal', true, true)")
+        try:
+            await enqueue_all(a, n)
+            await analyze_database(a.dsn)
+            await asyncio.sleep(1.5)
+            before = await _counters(a.dsn)
+            countdown = Countdown(n)
+            await a.start_worker(countdown.hit, 0.0)
+            await countdown.wait(timeout)
+            await a.stop_worker()
+        finally:
+            await a.close()
         await asyncio.sleep(1.5)
-        before = await _counters(a.dsn)
-        countdown = Countdown(n)
-        await a.start_worker(countdown.hit, 0.0)
-        await countdown.wait(timeout)
-        await a.stop_worker()
+        after = await _counters(a.dsn)
+        return await _cost_per_event(a.dsn, before, after, n)
     finally:
-        await a.close()
-    await asyncio.sleep(1.5)
-    after = await _counters(a.dsn)
-    conn = await asyncpg.connect(a.dsn)
+        await keeper.close()  # the temporary slot goes with it
+
+
+async def _cost_per_event(
+    dsn: str, before: dict[str, Any], after: dict[str, Any], n: int
+) -> dict[str, float | None]:
+    conn = await asyncpg.connect(dsn)
     try:
         wal = await conn.fetchval("SELECT $1::text::pg_lsn - $2::text::pg_lsn", after["lsn"], before["lsn"])
     finally:
         await conn.close()
-    per = {k: (after[k] - before[k]) / n for k in ("commits", "writes", "dead")}
+    per: dict[str, float | None] = {k: (after[k] - before[k]) / n for k in ("commits", "writes", "dead")}
+    own = await own_wal(dsn, before["lsn"], after["lsn"])
+    per["own_wal_bytes"] = None if own is None else own / n
     print(f"  cost n={n}: wal {float(wal) / n:.0f} B/event {per}", flush=True)
     return {"wal_bytes": float(wal) / n, **per}
 
@@ -190,7 +231,7 @@ async def run_all(
                 system,
                 "cost_per_event",
                 "default",
-                [cost["wal_bytes"]],
+                [float(cost["wal_bytes"] or 0.0)],
                 n=args.n,
                 unit="WAL bytes/event",
                 note=json.dumps(cost),

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ..conftest import Target
+from ..support.cli import run_cli
 
 APP = "tests.apps.cli_app:bus"
 
 
 def eventbus(target: Target, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "eventbus", *args],
-        env=target.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_cli(args, target.env())
     if check:
         assert result.returncode == 0, result.stderr
     return result

@@ -24,6 +24,7 @@ import anyio
 import asyncpg
 import pytest
 
+from ..support.cli import run_cli
 from ..support.pgbouncer import PgBouncer
 from ..support.processes import EVENTBUS, ProcessGroup
 
@@ -42,9 +43,7 @@ async def schema(pg_dsn: str) -> AsyncIterator[str]:
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "eventbus", *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    result = run_cli(args, env)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     return result

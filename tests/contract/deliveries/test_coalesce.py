@@ -21,6 +21,10 @@ from eventbus.types import PublishResult
 from ...conftest import Target
 from ...support.helpers import OrderPlaced, drain
 
+# Through PgBouncer too: coalesced publishes share the held connection, and cancellations
+# reach a statement in flight.
+pytestmark = pytest.mark.pooler
+
 
 class Recorded:
     """Wraps what the bus publishes through (the coalescer's one-at-a-time call, or the

@@ -13,6 +13,7 @@ from eventbus.backends.base import Completion
 from ...support.helpers import FAST, OrderPlaced, PaymentRequested, Shipped, counts, drain
 
 
+@pytest.mark.pooler
 async def test_follow_ups_form_a_chain(bus) -> None:
     seen: list[tuple[int, int, int]] = []
 
@@ -138,6 +139,7 @@ async def test_handler_timeout_fails_the_attempt(bus) -> None:
     assert (dead.last_error or "").startswith("HandlerTimeout")
 
 
+@pytest.mark.pooler
 async def test_delayed_event_waits_for_its_time(bus) -> None:
     handled: list[tuple[str, float]] = []
 
@@ -191,6 +193,7 @@ async def test_new_subscription_backfills_unless_latest(bus) -> None:
     assert got == {"earliest": ["early", "late"], "latest": ["late"]}
 
 
+@pytest.mark.pooler
 async def test_expired_lease_is_recovered_and_completed_once(bus) -> None:
     runs: list[int] = []
 
@@ -267,6 +270,7 @@ async def test_ordered_subscription_processes_one_per_key(bus) -> None:
     assert (await counts(bus))[("per-customer", "completed")] == 6
 
 
+@pytest.mark.pooler
 async def test_ordered_key_never_runs_twice_at_once_across_workers(bus) -> None:
     running: set[str] = set()
     overlaps: list[str] = []
@@ -297,6 +301,7 @@ async def test_ordered_key_never_runs_twice_at_once_across_workers(bus) -> None:
     assert len(done) == 40
 
 
+@pytest.mark.pooler
 async def test_stop_under_load_writes_every_finished_result(bus) -> None:
     handled: list[int] = []
     worker = Worker(bus, concurrency=100, batch_size=100)

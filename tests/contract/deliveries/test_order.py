@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import pytest
 
 from eventbus import Bus, Context, DeadLetter, Envelope, Retry, Worker
 from eventbus.backends.base import ClaimedDelivery, Failure
@@ -183,6 +184,7 @@ def _count_calls(obj: Any, name: str) -> Callable[[], int]:
     return lambda: calls[0]
 
 
+@pytest.mark.pooler
 async def test_a_busy_key_does_not_make_the_worker_spin(bus, monkeypatch) -> None:
     started = anyio.Event()
     release = anyio.Event()

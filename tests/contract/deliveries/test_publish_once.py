@@ -54,6 +54,7 @@ async def test_once_keeps_a_key_an_earlier_plain_publish_took(bus: Bus) -> None:
     assert await bus.publish(OrderPlaced(order_id="v-3"), key="v-3", once=True) == kept
 
 
+@pytest.mark.pooler
 async def test_concurrent_publishes_once_insert_one_event(bus: Bus, make_bus) -> None:
     _subscribe(bus)
     other = await make_bus()

@@ -90,6 +90,7 @@ async def test_stale_and_fresh_failure_in_one_batch_record_only_the_fresh_attemp
     assert failed == {(new.id, new.lease_token)}
 
 
+@pytest.mark.pooler
 async def test_refused_stale_result_keeps_the_current_claim_renewed(target, make_bus) -> None:
     """A run that blocked past its lease is re-claimed by the same worker; its
     refused result must not stop the heartbeat of the new run, which outlives
@@ -163,6 +164,7 @@ async def test_nul_in_a_handler_error_is_stored_and_the_batch_moves_on(bus) -> N
     assert "\x00" not in detail.history[0].traceback and "byte \\x00" in detail.history[0].traceback
 
 
+@pytest.mark.pooler
 async def test_a_result_the_database_refuses_fails_alone_and_the_rest_complete(bus) -> None:
     """A follow-up no backend can store (a UUID key, or not an event at all),
     slipped past the checks of ``emit``, fails only its own delivery."""
@@ -290,6 +292,7 @@ async def test_a_cancelled_error_out_of_a_handler_is_its_failure(bus) -> None:
         assert [a.error_type for a in detail.history] == ["CancelledError", "CancelledError"]
 
 
+@pytest.mark.pooler
 async def test_the_workers_own_stop_is_not_taken_for_a_handler_cancellation(bus) -> None:
     """The grace period ending cancels the handler: that is the stop's doing
     (HandlerInterrupted), never recorded as the handler's CancelledError."""

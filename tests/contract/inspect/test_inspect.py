@@ -35,6 +35,7 @@ async def _chain(bus, n: int = 4) -> None:
     await drain(bus)
 
 
+@pytest.mark.pooler
 async def test_find_filters_and_pages_newest_first(bus) -> None:
     await _chain(bus)
     everything = await bus.find_deliveries(limit=1000)

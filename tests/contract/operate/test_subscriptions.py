@@ -41,6 +41,7 @@ async def test_paused_subscription_accumulates_and_resumes(bus) -> None:
     assert await counts(bus) == {("charge", "completed"): 3}
 
 
+@pytest.mark.pooler
 async def test_paused_subscription_does_not_spin_a_waiting_worker(bus) -> None:
     seen: list[str] = []
     _subscribe(bus, "charge", seen)

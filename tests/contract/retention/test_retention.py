@@ -112,6 +112,7 @@ async def test_completed_rows_go_dead_and_pending_stay_dedup_holds(make_bus) -> 
     assert status.last_prune_at is not None
 
 
+@pytest.mark.pooler
 async def test_small_batches_walk_the_whole_log(make_bus) -> None:
     bus = await make_bus()
     _setup(bus)
@@ -125,6 +126,7 @@ async def test_small_batches_walk_the_whole_log(make_bus) -> None:
     assert await counts(bus) == {("later", "pending"): 1}
 
 
+@pytest.mark.pooler
 async def test_workers_prune_periodically(make_bus) -> None:
     retention = Retention(completed_retention=timedelta(0), interval=timedelta(seconds=0.2))
     bus = await make_bus(retention=retention)
@@ -140,6 +142,7 @@ async def test_workers_prune_periodically(make_bus) -> None:
     assert (await bus.status()).last_prune_at is not None
 
 
+@pytest.mark.pooler
 async def test_one_pruner_at_a_time(bus) -> None:
     async with bus.backend.retention.lock() as first:
         async with bus.backend.retention.lock() as second:

@@ -9,6 +9,9 @@ from eventbus import SchemaNotMigrated
 from ...conftest import Target
 from ...support.helpers import OrderPlaced
 
+# Through PgBouncer too: migrations take a transaction-scoped lock, the check opens a pooled connection.
+pytestmark = pytest.mark.pooler
+
 
 async def test_unmigrated_bus_refuses_with_the_command_to_run(target: Target) -> None:
     bus = target.bus()

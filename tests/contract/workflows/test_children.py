@@ -314,6 +314,7 @@ async def T_FAN(c: Fan, ctx: StepContext) -> Yield | None:
 tfan.terminal("DONE")
 
 
+@pytest.mark.pooler  # the state's transaction spans statements
 async def test_a_transactional_state_starts_its_children_in_its_transaction(bus: Bus) -> None:
     bus.include(kid)
     bus.include(tfan)

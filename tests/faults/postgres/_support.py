@@ -19,6 +19,7 @@ from typing import Any
 import asyncpg
 
 from ...conftest import Target
+from ...support.cli import run_cli
 from ...support.processes import EVENTBUS, ROOT, Proc, ProcessGroup
 
 APP = "tests.apps.fault_app:bus"
@@ -88,14 +89,7 @@ class Procs(ProcessGroup):
     def cli(
         self, *args: str, env: dict[str, str] | None = None, timeout: float = 30
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [EVENTBUS, *args],
-            cwd=ROOT,
-            env=self.env(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return run_cli(args, self.env(env), cwd=ROOT, timeout=timeout)
 
     def status_json(self) -> dict[str, Any]:
         result = self.cli("status", "--json")

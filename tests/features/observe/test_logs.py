@@ -6,12 +6,12 @@ import io
 import json
 import logging
 import subprocess
-import sys
 
 from eventbus import Context, DeadLetter, Retry
 from eventbus.logs import DeliveryContextFilter, JsonFormatter
 
 from ...conftest import Target
+from ...support.cli import run_cli
 from ...support.helpers import OrderPlaced, drain
 
 handler_log = logging.getLogger("tests.observe.handler")
@@ -92,14 +92,7 @@ async def test_nothing_is_bound_outside_a_handler(bus) -> None:
 
 
 def _cli(target: Target, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eventbus", *args],
-        env=target.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(args, target.env())
 
 
 def test_cli_logs_json_when_not_a_terminal_and_text_on_request(target: Target) -> None:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import asyncpg
 
 from eventbus import Context, Event, RetryPolicy
 
 from ...conftest import Target
+from ...support.cli import run_cli
 from ...support.helpers import OrderPlaced, drain
 
 
@@ -101,14 +101,7 @@ async def test_postgres_status_shows_tables_and_the_xmin_holder(pg_target) -> No
 
 def test_status_command_text(target: Target) -> None:
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "eventbus", *args],
-            env=target.env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return run_cli(args, target.env())
 
     assert cli("migrate").returncode == 0
     assert cli("publish", "nobody.handles", '{"a": 1}').returncode == 0

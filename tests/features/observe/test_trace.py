@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
@@ -12,6 +11,7 @@ from eventbus import Context, NotFound, RetryPolicy
 from eventbus.types import ChainEvent
 
 from ...conftest import Target
+from ...support.cli import run_cli
 from ...support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 
 
@@ -64,14 +64,7 @@ async def test_trace_is_the_causation_tree_from_any_member(bus) -> None:
 
 
 def _cli(target: Target, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "eventbus", *args],
-        env=target.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cli(args, target.env())
 
 
 async def test_trace_command_text_json_and_errors(make_bus, target: Target) -> None:

@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from tests.apps.drift_app import Hold, shaped
 
 from ...conftest import Target
+from ...support.cli import run_cli
 from ._support import run_until, status_is
 
 APP = ["workflow", "--app", "tests.apps.drift_app:bus", "check"]
 
 
 def check(target: Target, shape: str, *, ok: bool) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "eventbus", *APP],
-        env={**target.env(), "DRIFT_SHAPE": shape},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_cli(APP, {**target.env(), "DRIFT_SHAPE": shape})
     assert (result.returncode == 0) == ok, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     return result

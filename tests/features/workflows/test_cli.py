@@ -12,19 +12,14 @@ from handlers.retrain import machine
 from schemas import Retrain
 
 from ...conftest import Target
+from ...support.cli import run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
 APP = ["workflow", "--app", "handlers.app:bus"]
 
 
 def eventbus(target: Target, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "eventbus", *args],
-        env=target.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_cli(args, target.env())
     assert (result.returncode == 0) == ok, result.stdout + result.stderr
     if not ok:
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, (

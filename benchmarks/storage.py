@@ -1,0 +1,269 @@
+"""What PostgreSQL storage costs per completed delivery: dead tuples, WAL, table and index growth.
+
+    python -m benchmarks.storage --dsn postgresql://postgres@127.0.0.1:5432/test --n 100000 \\
+        --json benchmarks/results/storage_postgres.json
+
+One subscription with a no-op handler on a fresh schema. Each run has three
+phases, each with a bus of its own (closing a bus ends its connections, and a
+PostgreSQL backend flushes its table statistics when it exits, so every
+phase's counters are complete when the next one starts):
+
+- ``publish``: ``--n`` events in batches of 1,000 (one delivery each);
+- ``drain``: one burst worker (concurrency 200, batch 100) completes them;
+- ``retention``: one pass of the bus's retention as it runs today
+  (``bus.prune`` with a completed retention of zero: batched deletes of the
+  completed deliveries and their events).
+
+Per completed delivery and per phase: updates plus deletes on the bus's
+tables (``n_tup_upd + n_tup_del`` of ``pg_stat_user_tables``, the tuples each
+statement left dead), the dead tuples not yet vacuumed (``n_dead_tup``), WAL
+bytes, and the growth of the tables with their indexes
+(``pg_total_relation_size``). ``wal_bytes`` is the run's own WAL, read with
+the ``pg_walinspect`` extension (created in the scratch schema, dropped with
+it): the records of the transactions that wrote to the schema's relations,
+commit records included, and the records on those relations written outside
+a transaction (page pruning, vacuum); a temporary replication slot keeps the
+WAL until it is read. ``wal_bytes_cluster`` is the ``pg_current_wal_lsn()``
+difference, which counts what every other session of the server wrote
+meanwhile. The drain rate is a timing, noisy on a loaded machine; the rest
+are counts.
+
+The run is made twice: clean, then with another connection holding a
+``REPEATABLE READ`` snapshot open (the xmin horizon held back, so nothing
+the run leaves dead can be vacuumed) for at most ``--hold-seconds``; the
+ratio of the two drain rates is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import asyncpg
+
+from eventbus import Bus, Context, Envelope, Retention
+from eventbus.testing import BenchEvent, drain
+
+_COUNTERS = """
+SELECT pg_current_wal_lsn()::text AS lsn,
+       coalesce(sum(s.n_tup_ins), 0)::bigint AS inserts,
+       coalesce(sum(s.n_tup_upd + s.n_tup_del), 0)::bigint AS writes,
+       coalesce(sum(s.n_dead_tup), 0)::bigint AS dead,
+       coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint AS bytes
+FROM pg_stat_user_tables s
+WHERE s.schemaname = $1
+"""
+
+PHASES = ("publish", "drain", "retention")
+
+
+async def counters(dsn: str, schema: str) -> dict[str, Any]:
+    """The schema's table counters now, read from a fresh statistics snapshot."""
+    await anyio.sleep(1.0)  # the closed bus's backends exit (and flush their statistics) meanwhile
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = await conn.fetchrow(_COUNTERS, schema)
+        assert row is not None  # an aggregate returns one row
+        return dict(row)
+    finally:
+        await conn.close()
+
+
+_OURS = """
+SELECT array_agg(pg_relation_filenode(c.oid)) FROM pg_class c
+WHERE c.relnamespace = $1::regnamespace
+   OR c.oid IN (SELECT reltoastrelid FROM pg_class WHERE relnamespace = $1::regnamespace)
+   OR c.oid IN (SELECT i.indexrelid FROM pg_index i JOIN pg_class t ON t.reltoastrelid = i.indrelid
+                WHERE t.relnamespace = $1::regnamespace)
+"""
+
+# The WAL records of the transactions that wrote to the schema's relations (their
+# commit records included), plus records on those relations without a transaction
+# (page pruning, vacuum): the run's own WAL, whatever other sessions wrote meanwhile.
+_ATTRIBUTED = """
+WITH r AS (
+    SELECT xid, record_length,
+           EXISTS (SELECT 1 FROM regexp_matches(coalesce(block_ref, ''), 'rel \\d+/(\\d+)/(\\d+)', 'g') m
+                   WHERE m[1]::oid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                     AND m[2]::oid = ANY($3::oid[])) AS touches
+    FROM {schema}.pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn)
+), ours AS (SELECT DISTINCT xid FROM r WHERE touches AND xid <> 0)
+SELECT coalesce(sum(record_length), 0)::bigint FROM r
+WHERE touches OR xid IN (SELECT xid FROM ours)
+"""
+
+
+async def wal_between(dsn: str, schema: str, before: str, after: str) -> tuple[int, int | None]:
+    """WAL bytes from ``before`` to ``after``: all of it, and the run's own (None without pg_walinspect)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        total = int(await conn.fetchval("SELECT $1::text::pg_lsn - $2::text::pg_lsn", after, before))
+        try:
+            await conn.execute(f'CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA "{schema}"')
+        except asyncpg.PostgresError:
+            return total, None
+        nodes = await conn.fetchval(_OURS, schema)
+        own = await conn.fetchval(_ATTRIBUTED.format(schema=f'"{schema}"'), before, after, nodes)
+        return total, int(own)
+    finally:
+        await conn.close()
+
+
+def _bus(dsn: str, schema: str, *, migrate: bool = False) -> Bus:
+    bus = Bus(dsn, schema=schema, max_pool_size=8, migrate=migrate)
+
+    @bus.subscribe(BenchEvent, name="bench.storage")
+    async def handle(event: BenchEvent, ctx: Context) -> None:
+        pass
+
+    return bus
+
+
+async def _publish(bus: Bus, n: int) -> None:
+    await bus.register()  # the subscription exists before publishing: no backfill
+    for start in range(0, n, 1000):
+        await bus.publish_many(Envelope(BenchEvent(n=i)) for i in range(start, min(n, start + 1000)))
+    await bus.backend.schema.analyze()
+
+
+async def _drain(bus: Bus) -> float:
+    """Drain everything with one burst worker; its deliveries per second."""
+    started = time.perf_counter()
+    done = await drain(bus, wait_for_scheduled=False, concurrency=200, batch_size=100)
+    return done.processed / (time.perf_counter() - started)
+
+
+async def _retention(bus: Bus) -> None:
+    await bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
+
+
+@contextlib.asynccontextmanager
+async def held_horizon(dsn: str, hold: bool, seconds: float) -> AsyncIterator[dict[str, float]]:
+    """With ``hold``, a connection keeps a REPEATABLE READ snapshot open for at most ``seconds``."""
+    held = {"held_seconds": 0.0}
+    if not hold:
+        yield held
+        return
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await conn.fetchval("SELECT 1")  # the snapshot is taken (and xmin held) from here
+
+        started = time.monotonic()
+
+        async def release_later() -> None:
+            await anyio.sleep(seconds)
+            await conn.execute("ROLLBACK")
+            held["released_early"] = 1.0
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(release_later)
+            yield held
+            held["held_seconds"] = min(seconds, time.monotonic() - started)
+            tg.cancel_scope.cancel()
+    finally:
+        await conn.close()
+
+
+async def _phase(bus: Bus, phase: str, n: int) -> float:
+    """Run one phase on ``bus``; the drain's deliveries per second (0 for the others)."""
+    if phase == "publish":
+        await _publish(bus, n)
+    elif phase == "drain":
+        return await _drain(bus)
+    else:
+        await _retention(bus)
+    return 0.0
+
+
+@contextlib.asynccontextmanager
+async def wal_kept(dsn: str, name: str) -> AsyncIterator[None]:
+    """Keep the WAL written from now on until the block ends (a temporary replication slot),
+    so a checkpoint cannot remove what is still to be read."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT pg_create_physical_replication_slot($1, true, true)", name)
+        yield
+    finally:
+        await conn.close()  # a temporary slot goes with its session
+
+
+async def run(dsn: str, n: int, hold: bool, hold_seconds: float) -> dict[str, Any]:
+    """One run (publish, drain, retention) on a fresh schema; per-delivery figures per phase."""
+    schema = f"eventbus_storage_{uuid.uuid4().hex[:10]}"
+    phases: dict[str, dict[str, Any]] = {}
+    rate = 0.0
+    try:
+        async with wal_kept(dsn, schema), held_horizon(dsn, hold, hold_seconds) as held:
+            async with _bus(dsn, schema, migrate=True):
+                pass
+            before = await counters(dsn, schema)
+            for phase in PHASES:
+                async with _bus(dsn, schema) as bus:
+                    rate = await _phase(bus, phase, n) or rate
+                after = await counters(dsn, schema)
+                phases[phase] = await _per_delivery(dsn, schema, before, after, n)
+                before = after
+    finally:
+        async with _bus(dsn, schema) as bus:
+            await bus.backend.schema.drop()
+    phases["total"] = {k: sum(p[k] for p in phases.values()) for k in phases["publish"] if k != "bytes_after"}
+    phases["total"]["n_dead_tup_at_end"] = phases["retention"]["n_dead_tup_at_end"]
+    return {"held_xmin": hold, **held, "n": n, "drain_per_second": rate, "per_delivery": phases}
+
+
+async def _per_delivery(
+    dsn: str, schema: str, before: dict[str, Any], after: dict[str, Any], n: int
+) -> dict[str, Any]:
+    wal_all, wal_own = await wal_between(dsn, schema, before["lsn"], after["lsn"])
+    return {
+        "updates_deletes": (after["writes"] - before["writes"]) / n,
+        "inserts": (after["inserts"] - before["inserts"]) / n,
+        "wal_bytes": (wal_all if wal_own is None else wal_own) / n,
+        "wal_bytes_cluster": wal_all / n,
+        "size_growth_bytes": (after["bytes"] - before["bytes"]) / n,
+        "n_dead_tup_at_end": after["dead"],
+        "bytes_after": after["bytes"],
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    clean = await run(args.dsn, args.n, False, args.hold_seconds)
+    print(json.dumps(clean, indent=1), flush=True)
+    held = await run(args.dsn, args.n, True, args.hold_seconds)
+    print(json.dumps(held, indent=1), flush=True)
+    return {
+        "benchmark": "storage",
+        "backend": "postgres",
+        "load1": os.getloadavg()[0],
+        "clean": clean,
+        "held_xmin": held,
+        "held_over_clean_drain": held["drain_per_second"] / clean["drain_per_second"],
+        "reference": {"awa_published_dead_tuples_per_job": 0.007},
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--n", type=int, default=100_000, help="Deliveries per run.")
+    parser.add_argument(
+        "--hold-seconds", type=float, default=300.0, help="Longest the snapshot is held in the held run."
+    )
+    parser.add_argument("--json", dest="json_path")
+    ns = parser.parse_args()
+    out = anyio.run(main, ns)
+    if ns.json_path:
+        with open(ns.json_path, "w") as f:
+            json.dump(out, f, indent=2)
