@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 
 import anyio
 import pytest
@@ -15,13 +14,12 @@ from eventbus.cli.audit import acting
 from eventbus.types import DeliveryFilter
 
 from ..conftest import Target
+from ..support.cli import run_cli
 from ..support.helpers import OrderPlaced
 
 
 def _eventbus(target: Target, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**target.env(), "EVENTBUS_OPERATOR": "carol"}
-    cmd = [sys.executable, "-m", "eventbus", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    return run_cli(args, {**target.env(), "EVENTBUS_OPERATOR": "carol"})
 
 
 async def test_cli_actions_are_audited_and_listed(

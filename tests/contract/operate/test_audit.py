@@ -69,6 +69,7 @@ async def test_rows_come_back_newest_first_filtered_and_paged(bus) -> None:
         await bus.audit.record("replay", "x", actor="a", origin="b", interface="web")
 
 
+@pytest.mark.pooler  # the action and its audit row: one transaction of two statements
 async def test_a_store_action_records_itself_in_its_own_transaction(bus) -> None:
     @bus.subscribe(OrderPlaced, name="charge")
     async def charge(event: OrderPlaced, ctx: Context) -> None: ...
@@ -93,6 +94,7 @@ async def test_a_store_action_records_itself_in_its_own_transaction(bus) -> None
     assert {(r.actor, r.origin, r.interface) for r in rows} == {("ann", "10.0.0.7", "dashboard")}
 
 
+@pytest.mark.pooler  # the pruner's lock across batches
 async def test_retention_prunes_old_audit_rows(make_bus, target: Target) -> None:
     bus = await make_bus()
     old = [await _record(bus, "cancel", "ann") for _ in range(3)]
