@@ -15,6 +15,7 @@ import orjson
 from ._coalesce import PublishCoalescer
 from ._deprecated import Moved
 from ._priority import checked_priority
+from .audit import Actor, Audit
 from .backends import open_backend
 from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
 from .errors import (
@@ -208,6 +209,8 @@ class Bus(Router):
             self.delivery,
         )
         """Subscriptions without a handler, whose deliveries code claims itself (:mod:`eventbus.pull`)."""
+        self.audit = Audit(lambda: self.backend.operate)
+        """The trail of operator actions (:mod:`eventbus.audit`)."""
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()
@@ -481,21 +484,31 @@ class Bus(Router):
         """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
         return await self.backend.inspect.subscriptions()
 
-    async def pause_subscription(self, name: str) -> bool:
-        """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active."""
-        return await self.backend.operate.pause_subscription(name)
+    async def pause_subscription(self, name: str, *, audit: Actor | None = None) -> bool:
+        """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active.
 
-    async def resume_subscription(self, name: str) -> bool:
-        """Serve a paused (or removed) subscription again. False if it was active."""
-        return await self.backend.operate.resume_subscription(name)
+        ``audit``: who pauses it, recorded in the audit trail in the same transaction.
+        """
+        entry = None if audit is None else audit.entry("pause", f"subscription {name}")
+        return await self.backend.operate.pause_subscription(name, entry)
 
-    async def remove_subscription(self, name: str) -> int:
+    async def resume_subscription(self, name: str, *, audit: Actor | None = None) -> bool:
+        """Serve a paused (or removed) subscription again. False if it was active.
+
+        ``audit``: as for a pause.
+        """
+        entry = None if audit is None else audit.entry("resume", f"subscription {name}")
+        return await self.backend.operate.resume_subscription(name, entry)
+
+    async def remove_subscription(self, name: str, *, audit: Actor | None = None) -> int:
         """Stop fan-out to ``name`` and cancel its pending deliveries; return how many.
 
         For a subscription taken out of the code: a worker that registers it
         again does not bring it back (``resume_subscription`` does).
+        ``audit``: as for a pause.
         """
-        return await self.backend.operate.remove_subscription(name)
+        entry = None if audit is None else audit.entry("remove", f"subscription {name}")
+        return await self.backend.operate.remove_subscription(name, entry)
 
     # -- operations ----------------------------------------------------------
 
@@ -629,9 +642,15 @@ class Bus(Router):
                 progress(total)
         return total
 
-    async def cancel(self, ids: Sequence[int]) -> int:
-        """Cancel pending deliveries by id (guarded: others are left alone); return how many."""
-        return await self.backend.operate.cancel(list(ids))
+    async def cancel(self, ids: Sequence[int], *, audit: Actor | None = None) -> int:
+        """Cancel pending deliveries by id (guarded: others are left alone); return how many.
+
+        ``audit``: who cancels them, recorded in the audit trail in the same transaction.
+        """
+        entry = (
+            None if audit is None else audit.entry("cancel", "ids " + ", ".join(map(str, sorted(set(ids)))))
+        )
+        return await self.backend.operate.cancel(list(ids), entry)
 
     # -- spellings of the previous release ---------------------------------------
 

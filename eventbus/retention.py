@@ -16,7 +16,8 @@ in its own short transaction:
   and stay;
 - a finished workflow instance (completed, failed or cancelled) once it
   finished ``workflow_retention`` ago, with its history, signals, effects and
-  approvals; running, waiting, paused and uncertain instances stay whole.
+  approvals; running, waiting, paused and uncertain instances stay whole;
+- an audit trail row once it was recorded ``audit_retention`` ago.
 
 Idempotency keys therefore hold for at least ``dedup_window`` (and as long as
 the event is kept): a key published again after its event was pruned is a
@@ -36,11 +37,12 @@ import anyio
 import msgspec
 
 from .backends.base import OccurrenceBatch, RetentionStore, WorkflowBatch
+from .backends.ports import AuditBatch
 from .errors import ConfigurationError
 
 __all__ = ["PruneReport", "Pruner", "Retention", "RetentionOverride"]
 
-_Batch = TypeVar("_Batch", OccurrenceBatch, WorkflowBatch)
+_Batch = TypeVar("_Batch", OccurrenceBatch, WorkflowBatch, AuditBatch)
 
 
 class RetentionOverride(msgspec.Struct, frozen=True):
@@ -69,6 +71,7 @@ class Retention(msgspec.Struct, frozen=True):
     :param workflow_retention: keep a finished (completed, failed or cancelled)
         workflow instance, with its history, signals, effects and approvals,
         this long after it finished.
+    :param audit_retention: keep the audit trail's rows (:mod:`eventbus.audit`) this long.
     """
 
     completed_retention: timedelta | None = timedelta(days=7)
@@ -80,9 +83,13 @@ class Retention(msgspec.Struct, frozen=True):
     per_subscription: dict[str, RetentionOverride] = {}
     occurrence_retention: timedelta | None = timedelta(days=7)
     workflow_retention: timedelta | None = timedelta(days=30)
+    audit_retention: timedelta | None = timedelta(days=90)
 
     def __post_init__(self) -> None:
-        names = ("completed_retention", "dead_retention", "occurrence_retention", "workflow_retention")
+        names = (
+            "completed_retention", "dead_retention", "occurrence_retention", "workflow_retention",
+            "audit_retention",
+        )  # fmt: skip
         values = [(name, getattr(self, name)) for name in names]
         values += [("dedup_window", self.dedup_window), ("interval", self.interval)]
         for sub, o in self.per_subscription.items():
@@ -108,6 +115,8 @@ class PruneReport(msgspec.Struct):
     """Finished workflow instances."""
     workflow_rows: int = 0
     """The history, signals, effects and approvals of those instances."""
+    audit_rows: int = 0
+    """Rows of the audit trail."""
     batches: int = 0
     dry_run: bool = False
     skipped: str | None = None
@@ -118,7 +127,8 @@ class PruneReport(msgspec.Struct):
     def total(self) -> int:
         return (
             self.completed_deliveries + self.dead_deliveries + self.events + self.occurrences + self.workflows
-        )
+            + self.audit_rows
+        )  # fmt: skip
 
 
 def _seconds(value: timedelta | None) -> float | None:
@@ -167,6 +177,7 @@ class Pruner:
             await self._walk(report, dry_run, budget, progress)
             await self._walk_occurrences(report, dry_run, budget, progress)
             await self._walk_workflows(report, dry_run, budget, progress)
+            await self._walk_audit(report, dry_run, budget, progress)
             report.seconds = time.monotonic() - started
             if not dry_run:
                 await self.store.record_prune(msgspec.to_builtins(report))
@@ -249,6 +260,28 @@ class Pruner:
         def count(b: WorkflowBatch) -> None:
             report.workflows += b.instances
             report.workflow_rows += b.rows
+
+        await _walk_rows(batch, count, report, max_batches, progress)
+
+    async def _walk_audit(
+        self,
+        report: PruneReport,
+        dry_run: bool,
+        max_batches: int,
+        progress: Callable[[PruneReport], object] | None,
+    ) -> None:
+        """Old audit trail rows, oldest first, from the oldest each pass."""
+        seconds = _seconds(self.retention.audit_retention)
+        if seconds is None:
+            return
+
+        async def batch(after: Any) -> AuditBatch:
+            return await self.store.prune_audit(
+                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
+            )
+
+        def count(b: AuditBatch) -> None:
+            report.audit_rows += b.rows
 
         await _walk_rows(batch, count, report, max_batches, progress)
 

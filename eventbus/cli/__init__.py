@@ -23,6 +23,7 @@ from ..event import event_version_of
 from ..types import StatusReport
 from ..worker import Worker, serve_health
 from ._common import ID, Obj, enc_hook, load_app, run
+from .audit import acting, audit
 from .bench import bench
 from .dashboard import dashboard
 from .dlq import dlq
@@ -245,7 +246,7 @@ def cancel(obj: Obj, ids: tuple[int, ...]) -> None:
 
     async def go() -> int:
         async with obj.bus() as bus:
-            return await bus.cancel(ids)
+            return await bus.cancel(ids, audit=acting())
 
     count = run(go)
     skipped = len(set(ids)) - count
@@ -281,6 +282,7 @@ cli.add_command(workflow)
 cli.add_command(trace)
 cli.add_command(prune)
 cli.add_command(dashboard)
+cli.add_command(audit)
 for command in PULL_COMMANDS:
     cli.add_command(command)
 

@@ -16,6 +16,7 @@ from ..bus import Bus
 from ..triage import DEFAULT_SAMPLE, Triage, error_groups, failing
 from ..types import DeliveryDetail, DeliveryFilter, DeliveryRow, SubscriptionInfo
 from ._common import COUNT, ID, Obj, enc_hook, run
+from .audit import after
 
 __all__ = ["dlq"]
 
@@ -256,7 +257,8 @@ def _bulk(action: str) -> Callable[..., None]:
                 if dry_run:
                     return await _count_matching(bus, flt, batch_size)
                 apply = bus.replay if action == "replay" else bus.purge
-                count = await apply(flt, batch_size, _progress)
+                target, used = _audit_target(flt)
+                count = await after(bus, apply(flt, batch_size, _progress), action, target, filter=used)
                 if sys.stderr.isatty():
                     click.echo("", err=True)
                 return count
@@ -270,6 +272,15 @@ def _bulk(action: str) -> Callable[..., None]:
         "purge": "Delete dead deliveries and their attempt history.",
     }[action]
     return command
+
+
+def _audit_target(flt: DeliveryFilter) -> tuple[str, str | None]:
+    """The audit trail's target and filter: the ids given, or the filter used."""
+    if flt.ids is not None:
+        return "ids " + ", ".join(map(str, flt.ids)), None
+    parts = [f"{k}={v}" for k, v in (("subscription", flt.subscription), ("event_type", flt.event_type),
+                                     ("since", flt.since)) if v is not None]  # fmt: skip
+    return "dead letters", "all matching " + (", ".join(parts) or "(every dead letter)")
 
 
 def _confirm_purge() -> None:

@@ -17,6 +17,7 @@ import msgspec
 from ..bus import Bus
 from ..types import OccurrenceInfo, ScheduleInfo
 from ._common import COUNT, Obj, enc_hook, run
+from .audit import after, no_count
 
 __all__ = ["schedule"]
 
@@ -108,7 +109,9 @@ def _show(value: Any) -> str:
 @click.pass_obj
 def pause(obj: Obj, name: str) -> None:
     """Stop firing NAME (what falls due meanwhile is missed, by its policy)."""
-    _on_bus(obj, lambda bus: bus.schedules.pause(name))
+    _on_bus(
+        obj, lambda bus: after(bus, bus.schedules.pause(name), "pause", f"schedule {name}", count=no_count)
+    )
     click.echo(f"paused {name}")
 
 
@@ -117,7 +120,9 @@ def pause(obj: Obj, name: str) -> None:
 @click.pass_obj
 def resume(obj: Obj, name: str) -> None:
     """Fire NAME again."""
-    _on_bus(obj, lambda bus: bus.schedules.resume(name))
+    _on_bus(
+        obj, lambda bus: after(bus, bus.schedules.resume(name), "resume", f"schedule {name}", count=no_count)
+    )
     click.echo(f"resumed {name}")
 
 
@@ -126,7 +131,10 @@ def resume(obj: Obj, name: str) -> None:
 @click.pass_obj
 def trigger(obj: Obj, name: str) -> None:
     """Fire NAME once now, with its own key (a running worker fires it at its next tick)."""
-    when = _on_bus(obj, lambda bus: bus.schedules.trigger(name))
+    when = _on_bus(
+        obj,
+        lambda bus: after(bus, bus.schedules.trigger(name), "trigger", f"schedule {name}", count=lambda _: 1),
+    )
     click.echo(f"requested {name}@{when.astimezone(UTC).isoformat()}")
 
 
@@ -158,5 +166,7 @@ def remove(obj: Obj, name: str, yes: bool) -> None:
     """Delete NAME and its occurrence history."""
     if not yes:
         click.confirm(f"remove schedule {name} and its occurrences?", abort=True)
-    _on_bus(obj, lambda bus: bus.schedules.remove(name))
+    _on_bus(
+        obj, lambda bus: after(bus, bus.schedules.remove(name), "remove", f"schedule {name}", count=no_count)
+    )
     click.echo(f"removed {name}")

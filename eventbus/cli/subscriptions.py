@@ -7,6 +7,7 @@ import msgspec
 
 from ..types import SubscriptionInfo
 from ._common import Obj, enc_hook, run
+from .audit import acting
 
 __all__ = ["STALE_AFTER_SECONDS", "subscriptions", "unserved_note"]
 
@@ -77,7 +78,7 @@ def pause(obj: Obj, name: str) -> None:
 
     async def go() -> bool:
         async with obj.bus() as bus:
-            return await bus.pause_subscription(name)
+            return await bus.pause_subscription(name, audit=acting())
 
     click.echo(f"paused {name}" if run(go) else f"{name} was not active: unchanged")
 
@@ -90,7 +91,7 @@ def resume(obj: Obj, name: str) -> None:
 
     async def go() -> bool:
         async with obj.bus() as bus:
-            return await bus.resume_subscription(name)
+            return await bus.resume_subscription(name, audit=acting())
 
     click.echo(f"resumed {name}" if run(go) else f"{name} was active: unchanged")
 
@@ -106,6 +107,6 @@ def remove(obj: Obj, name: str, yes: bool) -> None:
 
     async def go() -> int:
         async with obj.bus() as bus:
-            return await bus.remove_subscription(name)
+            return await bus.remove_subscription(name, audit=acting())
 
     click.echo(f"removed {name}: {run(go)} pending deliveries cancelled")

@@ -18,6 +18,7 @@ from ..types import WorkflowStatus
 from ..workflows import DefinitionReport, Instance
 from ..workflows import diagram as render_diagram
 from ._common import COUNT, ID, SECONDS, Obj, enc_hook, load_app, run
+from .audit import after
 
 __all__ = ["workflow"]
 
@@ -137,9 +138,15 @@ def repoint(
     obj: _WorkflowObj, machine: str, key: str, to: str, reason: str, expect: str | None, by: str
 ) -> None:
     """Move an instance to another state (guarded, fences a visit in flight, audited)."""
-    version = _with_bus(
-        obj, lambda bus: bus.workflows.repoint(machine, key, to=to, reason=reason, by=by, expect=expect)
-    )
+    details = f"to={to}, reason={reason}" + (f", expect={expect}" if expect else "")
+
+    def act(bus: Bus) -> Awaitable[int]:
+        done = bus.workflows.repoint(machine, key, to=to, reason=reason, by=by, expect=expect)
+        return after(
+            bus, done, "repoint", f"instance {machine}/{key}", count=lambda _: 1, filter=details, by=by
+        )
+
+    version = _with_bus(obj, act)
     click.echo(f"{machine}/{key} repointed to {to} (version {version})")
 
 
@@ -157,7 +164,11 @@ def _operation(name: str, doc: str) -> None:
                 "pause": bus.workflows.pause,
                 "resume": bus.workflows.resume,
             }[name]
-            return fn(machine, key, by=by, reason=reason)
+            done = fn(machine, key, by=by, reason=reason)
+            details = f"reason={reason}" if reason else None
+            return after(
+                bus, done, name, f"instance {machine}/{key}", count=lambda _: 1, filter=details, by=by
+            )
 
         version = _with_bus(obj, act)
         click.echo(f"{machine}/{key}: {name} done (version {version})")
@@ -179,9 +190,15 @@ _operation("resume", "Continue a paused instance.")
 @click.pass_obj
 def resolve(obj: _WorkflowObj, machine: str, key: str, outcome: str, by: str, reason: str | None) -> None:
     """Record a human's choice for an uncertain instance and continue."""
-    version = _with_bus(
-        obj, lambda bus: bus.workflows.resolve(machine, key, outcome=outcome, by=by, reason=reason)
-    )
+    details = f"outcome={outcome}" + (f", reason={reason}" if reason else "")
+
+    def act(bus: Bus) -> Awaitable[int]:
+        done = bus.workflows.resolve(machine, key, outcome=outcome, by=by, reason=reason)
+        return after(
+            bus, done, "resolve", f"instance {machine}/{key}", count=lambda _: 1, filter=details, by=by
+        )
+
+    version = _with_bus(obj, act)
     click.echo(f"{machine}/{key} resolved as {outcome} (version {version})")
 
 
@@ -194,7 +211,8 @@ def _decision(name: str, doc: str) -> None:
     def command(obj: _WorkflowObj, approval_id: int, by: str, reason: str | None) -> None:
         def act(bus: Bus) -> Awaitable[Any]:
             fn = bus.workflows.approve if name == "approve" else bus.workflows.deny
-            return fn(approval_id, by=by, reason=reason)
+            return after(bus, fn(approval_id, by=by, reason=reason), name, f"approval {approval_id}",
+                         count=lambda _: 1, by=by)  # fmt: skip
 
         row = _with_bus(obj, act)
         click.echo(

@@ -9,7 +9,7 @@ knows, never text from the address.
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -19,6 +19,7 @@ from starlette.routing import Route
 from ..errors import ConfigurationError
 from ..types import DeliveryFilter
 from . import _filters as f
+from ._audit import acting, audited
 from ._guard import COOKIE, Refused, actor, client_of, log, operator_name, read_form, same_origin
 from ._render import Pages, capped
 
@@ -135,7 +136,7 @@ def cancel_action(p: Pages) -> Action:
 
     async def action(request: Request, form: FormData) -> Response:
         ids = _ticked(form, "pending deliveries")
-        done = await p.bus.cancel(ids)
+        done = await p.bus.cancel(ids, audit=acting(request))
         _did(request, f"cancel deliveries {ids}", done)
         return _back(request, "/deliveries?status=pending", "cancelled", n=done, of=len(ids))
 
@@ -152,6 +153,8 @@ def dead_action(p: Pages) -> Action:
             return await _confirm(p, request, form, str(op), flt)
         done = await (p.bus.replay(flt) if op == "replay" else p.bus.purge(flt))
         _did(request, f"dead letters {op} {_describe(flt)}", done)
+        target, used = _audit_target(flt)
+        await audited(p, request, str(op), target, done, used)
         return _back(request, _dead_page(form), str(op), n=done)
 
     return action
@@ -185,13 +188,26 @@ def _describe(flt: DeliveryFilter) -> str:
     return "all matching " + (", ".join(parts) or "(every dead letter)")
 
 
+def _audit_target(flt: DeliveryFilter) -> tuple[str, str | None]:
+    """The audit trail's target and filter of a dead-letter action: the ids, or the filter used."""
+    if flt.ids is not None:
+        return _describe(flt), None
+    return "dead letters", _describe(flt)
+
+
+def _instance_details(fields: Mapping[str, object]) -> str | None:
+    """What an instance action was given (target state, outcome, reason), for the audit trail."""
+    shown = [f"{k}={v}" for k, v in fields.items() if k in ("to", "expect", "outcome", "reason") and v]
+    return ", ".join(shown) or None
+
+
 def subscription_action(p: Pages) -> Action:
     async def action(request: Request, form: FormData) -> Response:
         name, op = request.path_params["name"], request.path_params["op"]
         if op == "pause":
-            done: object = await p.bus.pause_subscription(name)
+            done: object = await p.bus.pause_subscription(name, audit=acting(request))
         elif op == "resume":
-            done = await p.bus.resume_subscription(name)
+            done = await p.bus.resume_subscription(name, audit=acting(request))
         else:
             raise ConfigurationError(f"unknown subscription action {op!r}")
         _did(request, f"subscription {name} {op}", done)
@@ -209,6 +225,7 @@ def approval_action(p: Pages) -> Action:
         decide = p.bus.workflows.approve if op == "approve" else p.bus.workflows.deny
         row = await decide(approval_id, by=actor(request), reason=reason)
         _did(request, f"approval {approval_id} {op} ({row.machine}/{row.key})", row.status)
+        await audited(p, request, op, f"approval {approval_id} of {row.machine}/{row.key}", 1)
         to = f"/machines/{row.machine}/instances/{urllib.parse.quote(row.key)}"
         return _back(
             request, to, row.status if row.status in ("approved", "denied") else "decided", n=approval_id
@@ -241,6 +258,7 @@ def instance_action(p: Pages) -> Action:
             raise ConfigurationError(f"unknown instance action {op!r}")
         fields = {k: v for k, v in form.items() if k not in ("token", "csrf")}
         _did(request, f"instance {name}/{key} {op} {fields}", done)
+        await audited(p, request, op, f"instance {name}/{key}", 1, _instance_details(fields))
         return _back(
             request, f"/machines/{name}/instances/{urllib.parse.quote(key)}", f"instance-{op}", n=done
         )
@@ -262,6 +280,7 @@ def schedule_action(p: Pages) -> Action:
         else:
             raise ConfigurationError(f"unknown schedule action {op!r}")
         _did(request, f"schedule {name} {op}", done)
+        await audited(p, request, op, f"schedule {name}", 1 if op == "trigger" else None)
         return _back(request, f"/schedules/{urllib.parse.quote(name)}", f"schedule-{op}")
 
     return action

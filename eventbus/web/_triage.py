@@ -24,6 +24,7 @@ from ..triage import error_groups, failing
 from ..types import DeliveryFilter
 from . import _filters as f
 from ._actions import _back, _did
+from ._audit import audited
 from ._guard import read_form
 from ._render import Pages, capped
 
@@ -91,6 +92,7 @@ async def _act(p: Pages, request: Request, form: FormData) -> Response:
         )  # fmt: skip
     done = await _apply(p, op, flt)
     _did(request, f"triage {op} {kind} {_describe(flt)}", done)
+    await audited(p, request, op, f"{kind} deliveries (triage)", done, _describe(flt))
     return _back(request, back, "triage-cancel" if op == "cancel" else op, n=done)
 
 

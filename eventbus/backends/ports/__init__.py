@@ -31,7 +31,7 @@ from .delivery import (
 )
 from .inspect import Inspector
 from .operate import Operator
-from .retention import OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatch
+from .retention import AuditBatch, OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatch
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
@@ -54,6 +54,7 @@ __all__ = [
     "ALL_CHILDREN",
     "EFFECT_JSON",
     "ENDED_STATUSES",
+    "AuditBatch",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 __all__ = ["Operator"]
 
@@ -19,25 +19,31 @@ class Operator(Protocol):
         """Delete dead deliveries and their attempt history; returns how many."""
         ...
 
-    async def cancel(self, ids: Sequence[int]) -> int:
-        """Pending -> cancelled; returns how many moved."""
+    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        """Pending -> cancelled; returns how many moved.
+
+        ``audit``: an audit row (as :meth:`record_audit` takes, but its count)
+        written in the same transaction with the count moved; the same for the
+        subscription moves (1 or 0 for a pause or resume, the deliveries
+        cancelled for a removal).
+        """
         ...
 
-    async def pause_subscription(self, name: str) -> bool:
+    async def pause_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
         """Active -> paused: fan-out goes on, claims stop. False if it was not active.
 
         :class:`NotFound` if no subscription has this name.
         """
         ...
 
-    async def resume_subscription(self, name: str) -> bool:
+    async def resume_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
         """Paused or removed -> active, waking workers for its backlog. False if it was active.
 
         :class:`NotFound` if no subscription has this name.
         """
         ...
 
-    async def remove_subscription(self, name: str) -> int:
+    async def remove_subscription(self, name: str, audit: dict[str, Any] | None = None) -> int:
         """Mark removed and cancel its pending deliveries, in one transaction.
 
         Fan-out and claims skip a removed subscription from the commit on; its
@@ -46,4 +52,16 @@ class Operator(Protocol):
         Returns how many pending deliveries were cancelled; :class:`NotFound`
         if no subscription has this name.
         """
+        ...
+
+    async def record_audit(self, entry: dict[str, Any]) -> int:
+        """Insert one audit row (the columns of ``audit_log`` but ``id`` and ``at``,
+        which the database sets from its clock); returns its id."""
+        ...
+
+    async def audit_entries(
+        self, *, limit: int, action: str | None = None, actor: str | None = None, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Audit rows newest first, ``action`` and ``actor`` matching exactly when given,
+        with ids below ``before`` (keyset paging); ``at`` as an aware UTC datetime."""
         ...

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["OccurrenceBatch", "PruneBatch", "RetentionStore", "WorkflowBatch"]
+__all__ = ["AuditBatch", "OccurrenceBatch", "PruneBatch", "RetentionStore", "WorkflowBatch"]
 
 
 class PruneBatch(msgspec.Struct, frozen=True):
@@ -30,6 +30,14 @@ class OccurrenceBatch(msgspec.Struct, frozen=True):
     last: Any
     """Where the walk goes on from (an opaque cursor); None when it reached the end."""
     occurrences: int = 0
+
+
+class AuditBatch(msgspec.Struct, frozen=True):
+    """What one batch of the walk over old audit rows deleted (or would delete)."""
+
+    last: Any
+    """Where the walk goes on from (an opaque cursor); None when it reached the end."""
+    rows: int = 0
 
 
 class WorkflowBatch(msgspec.Struct, frozen=True):
@@ -109,6 +117,15 @@ class RetentionStore(Protocol):
         self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
     ) -> WorkflowBatch:
         """Prune among the next ``limit`` instances finished before the cutoff, oldest first.
+
+        ``after`` is the previous batch's ``last`` (None: from the oldest).
+        """
+        ...
+
+    async def prune_audit(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> AuditBatch:
+        """Prune among the next ``limit`` audit rows recorded before the cutoff, oldest first.
 
         ``after`` is the previous batch's ``last`` (None: from the oldest).
         """

@@ -11,7 +11,7 @@ import orjson
 
 from .._observe import Override, shortest_cutoff
 from .._rows import row_as
-from ..ports import OccurrenceBatch, PruneBatch, WorkflowBatch
+from ..ports import AuditBatch, OccurrenceBatch, PruneBatch, WorkflowBatch
 from ._db import PgDb
 
 __all__ = ["PgRetention"]
@@ -112,6 +112,15 @@ class PgRetention:
         )
         last = (row["last_at"], row["last_machine"], row["last_key"]) if row["instances"] == limit else None
         return WorkflowBatch(last=last, instances=row["instances"], rows=row["rows"])
+
+    async def prune_audit(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> AuditBatch:
+        """Audit rows past their retention, oldest first (see ``RetentionStore``)."""
+        at, last_id = after or (None, None)
+        row = await self._batch(self.q["prune_audit"], at, last_id, limit, older_than_seconds, dry_run)
+        last = (row["last_at"], row["last_id"]) if row["rows"] == limit else None
+        return AuditBatch(last=last, rows=row["rows"])
 
     async def _touch_lock(self) -> None:
         """Behind a transaction pooler, keep the lock's transaction from idling out (``prune_lock_touch``)."""

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 import orjson
 
 from ...errors import NotFound
 from ._db import SQLiteDb
 from ._link import Queries
-from ._units import event_types_of, ids_json, rows
+from ._units import event_types_of, ids_json, rows, to_time
 
 __all__ = ["SQLiteOperator"]
+
+AUDIT_TOP = 2**63 - 1
+"""The keyset cursor of the first page: above every id."""
 
 
 class SQLiteOperator:
@@ -37,22 +41,34 @@ class SQLiteOperator:
             return 0
         return await self._db.write(purge, ids)
 
-    async def cancel(self, ids: Sequence[int]) -> int:
-        if not ids:
+    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        if not ids and audit is None:
             return 0
-        return await self._db.write(cancel, ids)
+        return await self._db.write(cancel, ids, audit)
 
-    async def pause_subscription(self, name: str) -> bool:
-        return await self._db.write(move_subscription, name, "paused", ("active",)) is not None
+    async def pause_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
+        return await self._db.write(move_audited, name, "paused", ("active",), audit) is not None
 
-    async def resume_subscription(self, name: str) -> bool:
-        moved = await self._db.write(move_subscription, name, "active", ("paused", "removed"))
+    async def resume_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
+        moved = await self._db.write(move_audited, name, "active", ("paused", "removed"), audit)
         if moved is not None:
             self._db.wake({moved[1]})
         return moved is not None
 
-    async def remove_subscription(self, name: str) -> int:
-        return await self._db.write(remove_subscription, name)
+    async def remove_subscription(self, name: str, audit: dict[str, Any] | None = None) -> int:
+        return await self._db.write(remove_subscription, name, audit)
+
+    async def record_audit(self, entry: dict[str, Any]) -> int:
+        return await self._db.write(record_audit, entry)
+
+    async def audit_entries(
+        self, *, limit: int, action: str | None = None, actor: str | None = None, before: int | None = None
+    ) -> list[dict[str, Any]]:
+        params = {"limit": limit, "action": action, "actor": actor, "before": before or AUDIT_TOP}
+        names = {(True, True): "audit_page_actor_action", (True, False): "audit_page_action"}
+        names |= {(False, True): "audit_page_actor", (False, False): "audit_page"}
+        name = names[(action is not None, actor is not None)]
+        return [{**dict(r), "at": to_time(r["at"])} for r in await self._db.fetch(name, params)]
 
 
 # -- units of work (on the writer's thread, under the write lock) ---------------------
@@ -72,8 +88,30 @@ def purge(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) 
     return len(gone)
 
 
-def cancel(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) -> int:
-    return len(rows(conn, q["cancel"], {"ids": ids_json(ids), "now": now}))
+def cancel(
+    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], audit: dict[str, Any] | None
+) -> int:
+    """Pending -> cancelled among ``ids``, with the action's audit row when given."""
+    moved = len(rows(conn, q["cancel"], {"ids": ids_json(ids), "now": now}))
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": moved})
+    return moved
+
+
+def move_audited(
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    name: str,
+    state: str,
+    from_states: Sequence[str],
+    audit: dict[str, Any] | None,
+) -> tuple[int, str] | None:
+    """:func:`move_subscription` with the action's audit row (count 1 or 0) when given."""
+    moved = move_subscription(conn, q, now, name, state, from_states)
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": int(moved is not None)})
+    return moved
 
 
 def move_subscription(
@@ -89,10 +127,21 @@ def move_subscription(
     return None
 
 
-def remove_subscription(conn: sqlite3.Connection, q: Queries, now: float, name: str) -> int:
-    """Mark removed and cancel its pending deliveries, in one transaction."""
+def remove_subscription(
+    conn: sqlite3.Connection, q: Queries, now: float, name: str, audit: dict[str, Any] | None
+) -> int:
+    """Mark removed and cancel its pending deliveries, in one transaction (with its audit row)."""
     # Again on a removed one: a delivery that was running then may have come back to pending.
     moved = move_subscription(conn, q, now, name, "removed", ("active", "paused", "removed"))
-    if moved is None:
-        return 0
-    return conn.execute(q["cancel_subscription"], {"subscription_id": moved[0], "now": now}).rowcount
+    cancelled = 0
+    if moved is not None:
+        params = {"subscription_id": moved[0], "now": now}
+        cancelled = conn.execute(q["cancel_subscription"], params).rowcount
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": cancelled})
+    return cancelled
+
+
+def record_audit(conn: sqlite3.Connection, q: Queries, now: float, entry: dict[str, Any]) -> int:
+    """One audit row at the writer's clock."""
+    return int(conn.execute(q["audit_record"], {**entry, "now": now}).fetchone()[0])

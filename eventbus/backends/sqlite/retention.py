@@ -17,6 +17,7 @@ import orjson
 
 from .._observe import Override, shortest_cutoff
 from ..base import OccurrenceBatch, PruneBatch, WorkflowBatch
+from ..ports import AuditBatch
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import ids_json
@@ -77,6 +78,13 @@ class SQLiteRetention:
         params |= {"limit": limit, "seconds": older_than_seconds}
         return await self._db.write(prune_workflows, params, dry_run)
 
+    async def prune_audit(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> AuditBatch:
+        at, last_id = after or (None, None)
+        params = {"after_at": at, "after_id": last_id, "limit": limit, "seconds": older_than_seconds}
+        return await self._db.write(prune_audit, params, dry_run)
+
     async def record_prune(self, report: dict[str, Any]) -> None:
         await self._db.write(record_prune, orjson.dumps(report).decode())
 
@@ -121,6 +129,17 @@ def prune_occurrences(
         conn.execute(q["prune_occurrences_delete"], {"keys": keys})
     last = (batch[-1]["scheduled_for"], batch[-1]["schedule"]) if len(batch) == p["limit"] else None
     return OccurrenceBatch(last=last, occurrences=len(batch))
+
+
+def prune_audit(
+    conn: sqlite3.Connection, q: Queries, now: float, p: dict[str, Any], dry_run: bool
+) -> AuditBatch:
+    """One batch of old audit rows in one write transaction."""
+    batch = conn.execute(q["prune_audit_batch"], {**p, "now": now}).fetchall()
+    if batch and not dry_run:
+        conn.execute(q["prune_audit_delete"], {"ids": ids_json([r["id"] for r in batch])})
+    last = (batch[-1]["at"], batch[-1]["id"]) if len(batch) == p["limit"] else None
+    return AuditBatch(last=last, rows=len(batch))
 
 
 def prune_workflows(

@@ -146,6 +146,12 @@ async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backe
     await page.click("text=Yes, replay")
     await expect(page.locator(".flash")).to_contain_text("replay: 3 dead letter(s)")
     assert await seeded.count_deliveries(DeliveryFilter(status="dead")) == 0
+    await page.click("nav >> text=Audit")  # the action is in the audit trail, with who, where and how many
+    row = page.locator("#audit tbody tr").first
+    await expect(row).to_contain_text("all matching subscription=charge")
+    await expect(row).to_contain_text(OPERATOR)
+    await expect(row.locator("td").nth(8)).to_have_text("3")
+    await _shot(page, "audit", backend_kind)
     state["broken"] = False
     await drain_orders(seeded)
     assert await seeded.count_deliveries(DeliveryFilter(subscription="notify", status="completed")) == 6

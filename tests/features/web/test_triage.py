@@ -54,6 +54,10 @@ async def test_dead_letters_grouped_filtered_and_acted_on(rw: httpx.AsyncClient,
     assert done.status_code == 303 and "flash=purge&n=2" in done.headers["location"]
     assert await seeded.count_deliveries(DEAD) == 0
     assert await seeded.count_deliveries(DeliveryFilter(subscription="charge", status="pending")) == 1
+    trail = await seeded.audit.entries(limit=10)
+    recorded = [(e.action, e.count, e.interface) for e in trail]
+    assert recorded == [("purge", 2, "dashboard"), ("replay", 1, "dashboard")]
+    assert trail[0].target == "dead deliveries (triage)" and "charge" in (trail[0].filter or "")
     wrong = await _post(rw, {"op": "cancel", "token": TOKEN})
     assert wrong.status_code == 400 and "op must be one of replay, purge" in wrong.text
 

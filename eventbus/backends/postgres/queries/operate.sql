@@ -42,3 +42,46 @@ RETURNING id;
 
 -- name: notify_subscriptions
 SELECT pg_notify($1, event_type) FROM {schema}.subscriptions WHERE id = ANY($2::int[]);
+
+
+-- name: audit_record
+-- One operator action in the audit trail; the time is the database's.
+INSERT INTO {schema}.audit_log (actor, origin, action, target, filter, count, interface)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+RETURNING id;
+
+-- name: audit_page
+-- The audit trail newest first below the keyset cursor $1 (an id), $2 rows:
+-- a backward range read of the primary key.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
+WHERE id < $1
+ORDER BY id DESC
+LIMIT $2;
+
+-- name: audit_page_action
+-- One action's rows ($3) newest first below the cursor $1, $2 rows: a
+-- backward range read of audit_log_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
+WHERE action = $3 AND id < $1
+ORDER BY action DESC, id DESC
+LIMIT $2;
+
+-- name: audit_page_actor_action
+-- One actor's ($4) rows of one action ($3) newest first below the cursor $1,
+-- $2 rows: a backward range read of audit_log_actor_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
+WHERE actor = $4 AND action = $3 AND id < $1
+ORDER BY actor DESC, action DESC, id DESC
+LIMIT $2;
+
+-- name: audit_page_actor
+-- One actor's rows ($3) newest first below the cursor $1, $2 rows: a
+-- backward range read of audit_log_actor.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM {schema}.audit_log
+WHERE actor = $3 AND id < $1
+ORDER BY actor DESC, id DESC
+LIMIT $2;

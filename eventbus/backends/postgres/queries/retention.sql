@@ -168,3 +168,24 @@ SELECT (SELECT count(*) FROM doomed) AS instances,
        (SELECT updated_at FROM last) AS last_at,
        (SELECT machine FROM last) AS last_machine,
        (SELECT key FROM last) AS last_key;
+
+-- name: prune_audit
+-- One batch of the walk over the audit trail: the next $3 rows after the
+-- cursor ($1, $2; NULL from the oldest) in (at, id) order recorded more than
+-- $4 seconds ago, a bounded range read of audit_log_at. Rows are only ever
+-- inserted, so no lock is contended. $5: a dry run, which deletes nothing.
+WITH doomed AS (
+    SELECT id, at FROM {schema}.audit_log
+    WHERE at < now() - $4::float8 * interval '1 second'
+      AND ($1::timestamptz IS NULL OR (at, id) > ($1::timestamptz, $2::bigint))
+    ORDER BY at, id
+    LIMIT $3
+), gone AS (
+    DELETE FROM {schema}.audit_log a USING doomed d WHERE a.id = d.id AND NOT $5
+    RETURNING 1
+), last AS (
+    SELECT at, id FROM doomed ORDER BY at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM doomed) AS rows,
+       (SELECT at FROM last) AS last_at,
+       (SELECT id FROM last) AS last_id;

@@ -36,3 +36,46 @@ DELETE FROM delivery_attempts WHERE delivery_id IN (SELECT value FROM json_each(
 UPDATE deliveries SET status = 'cancelled', updated_at = :now
 WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
 RETURNING id;
+
+
+-- name: audit_record
+-- One operator action in the audit trail; :now is the writer's clock.
+INSERT INTO audit_log (at, actor, origin, action, target, filter, count, interface)
+VALUES (:now, :actor, :origin, :action, :target, :filter, :count, :interface)
+RETURNING id;
+
+-- name: audit_page
+-- The audit trail newest first below the keyset cursor :before (an id),
+-- :limit rows: a backward range read of the primary key.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log
+WHERE id < :before
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: audit_page_action
+-- One action's rows newest first below the cursor: a backward range read of
+-- audit_log_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log INDEXED BY audit_log_action
+WHERE action = :action AND id < :before
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: audit_page_actor_action
+-- One actor's rows of one action newest first below the cursor: a backward
+-- range read of audit_log_actor_action.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log INDEXED BY audit_log_actor_action
+WHERE actor = :actor AND action = :action AND id < :before
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: audit_page_actor
+-- One actor's rows newest first below the cursor: a backward range read of
+-- audit_log_actor.
+SELECT id, at, actor, origin, action, target, filter, count, interface
+FROM audit_log INDEXED BY audit_log_actor
+WHERE actor = :actor AND id < :before
+ORDER BY id DESC
+LIMIT :limit;

@@ -114,3 +114,17 @@ DELETE FROM wf_children WHERE (parent_machine, parent_key) IN (
 -- name: prune_workflows_instances
 DELETE FROM wf_instances WHERE (machine, key) IN (
     SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:keys));
+
+-- name: prune_audit_batch
+-- The next batch of the walk over the audit trail, after the cursor
+-- (:after_at, :after_id; NULL from the oldest), in (at, id) order (a bounded
+-- range read of audit_log_at).
+SELECT id, at FROM audit_log
+WHERE at < :now - :seconds
+  AND (:after_at IS NULL OR (at, id) > (:after_at, :after_id))
+ORDER BY at, id
+LIMIT :limit;
+
+-- name: prune_audit_delete
+-- The batch's rows (:ids, a JSON array of ids), by primary key.
+DELETE FROM audit_log WHERE id IN (SELECT value FROM json_each(:ids));
