@@ -28,7 +28,8 @@ FROM ev
 
 # The parameter types of the filtered delivery queries, in order (see inspect.filter_args).
 TYPES = (
-    "text, text, text, bigint, text, bigint, timestamptz, timestamptz, text[], text, bigint[], bigint, int"
+    "text, text, text, bigint, text, bigint, timestamptz, timestamptz, text[], text, bigint[], "
+    "text, text, text, bigint, int"
 )
 
 
@@ -43,7 +44,7 @@ async def _generic_plan(conn: asyncpg.Connection, sql: str, args: str, types: st
 
 def _args(subscription: str = "NULL", event_type: str = "NULL", since: str = "NULL") -> str:
     """SQL literals for a walk over dead letters, from the start, 1,000 at a time."""
-    return f"{subscription}, 'dead', {event_type}, NULL, NULL, NULL, {since}" + ", NULL" * 4 + ", 0, 1000"
+    return f"{subscription}, 'dead', {event_type}, NULL, NULL, NULL, {since}" + ", NULL" * 7 + ", 0, 1000"
 
 
 FILTERS: tuple[dict[str, str], ...] = (
@@ -119,7 +120,7 @@ async def test_dashboard_reads_are_planned_for_their_values(pg_target) -> None:
             await conn.execute(q["inspect_timeout"])  # what every dashboard read runs first
             await conn.execute(q["inspect_custom_plans"])
             await conn.execute(f"PREPARE page({TYPES}) AS {q['find_deliveries']}")
-            rows = await conn.fetch("EXPLAIN EXECUTE page(" + ", ".join(["NULL"] * 12) + ", 51)")
+            rows = await conn.fetch("EXPLAIN EXECUTE page(" + ", ".join(["NULL"] * 15) + ", 51)")
     finally:
         await conn.close()
     plan = "\n".join(r[0] for r in rows)
