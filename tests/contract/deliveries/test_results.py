@@ -90,7 +90,6 @@ async def test_stale_and_fresh_failure_in_one_batch_record_only_the_fresh_attemp
     assert failed == {(new.id, new.lease_token)}
 
 
-@pytest.mark.pooler
 async def test_refused_stale_result_keeps_the_current_claim_renewed(target, make_bus) -> None:
     """A run that blocked past its lease is re-claimed by the same worker; its
     refused result must not stop the heartbeat of the new run, which outlives
