@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import timedelta
 from typing import Any
 
 import anyio
-import asyncpg
 import msgspec
 import pytest
 
@@ -16,7 +14,7 @@ from eventbus.errors import InvalidPriority
 from eventbus.workflows import Machine
 
 from ...conftest import BusFactory, Target
-from ...features.schedules._support import rewind
+from ...features.schedules._support import rewind, store_rows
 from ...support.helpers import counts, drain
 
 
@@ -26,18 +24,6 @@ class Job(Event, event_type="test.prio_job"):
 
 class Trigger(Event, event_type="test.prio_trigger"):
     pass
-
-
-async def _rows(target: Target, sqlite: str, postgres: str) -> list[tuple[Any, ...]]:
-    """One statement on the test's own store, outside the bus."""
-    if target.kind == "sqlite":
-        with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as db:
-            return [tuple(r) for r in db.execute(sqlite).fetchall()]
-    conn = await asyncpg.connect(target.direct_dsn)
-    try:
-        return [tuple(r) for r in await conn.fetch(postgres.replace("{s}", f'"{target.schema}"'))]
-    finally:
-        await conn.close()
 
 
 def _record(bus: Bus, name: str = "jobs", ordered: bool = False) -> list[str]:
@@ -188,7 +174,7 @@ async def test_a_schedule_publishes_with_its_priority(bus: Bus, target: Target) 
     await bus.schedules.declare()
     await rewind(target, "prio-tick", 3600)
     assert (await bus.schedules.tick()).fired == 1
-    found = await _rows(
+    found = await store_rows(
         target,
         "SELECT e.priority, d.priority_wait FROM events e JOIN deliveries d ON d.event_id = e.id "
         "WHERE e.event_type = 'test.prio_trigger'",
@@ -255,14 +241,14 @@ async def test_rows_from_before_the_migration_get_priority_0_and_a_claim_place(
     await first.register()
     await first.aclose()
     await _undo_priorities(target)  # the store as migration 0014 left it
-    await _rows(
+    await store_rows(
         target,
         "INSERT INTO events (event_type, payload, deliver_at, created_at) SELECT 'test.prio_job', "
         'CAST(\'{"name": "before"}\' AS BLOB), 0, 0',
         "INSERT INTO {s}.events (event_type, payload) "
         "VALUES ('test.prio_job', convert_to('{\"name\": \"before\"}', 'UTF8'))",
     )
-    await _rows(
+    await store_rows(
         target,
         "INSERT INTO deliveries (event_id, subscription_id, run_at, updated_at) "
         "SELECT id, 1, 0, 0 FROM events",
@@ -277,7 +263,7 @@ async def test_rows_from_before_the_migration_get_priority_0_and_a_claim_place(
     finally:
         await bus.aclose()
     assert handled == ["before", "after"]
-    found = await _rows(
+    found = await store_rows(
         target, "SELECT priority FROM events ORDER BY id", "SELECT priority FROM {s}.events ORDER BY id"
     )
     assert found == [(0,), (1,)]
@@ -299,4 +285,4 @@ async def _undo_priorities(target: Target) -> None:
         ),
     ]
     for sqlite, postgres in statements:
-        await _rows(target, sqlite, postgres)
+        await store_rows(target, sqlite, postgres)

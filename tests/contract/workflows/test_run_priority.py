@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime, timedelta
 from typing import Any
 
-import asyncpg
 import msgspec
 
 from eventbus import Bus
@@ -21,7 +19,7 @@ from eventbus.testing import drain
 from eventbus.workflows import Machine, StepContext, Yield
 
 from ...conftest import BusFactory, Target
-from ...features.schedules._support import db_now, rewind
+from ...features.schedules._support import db_now, rewind, store_rows
 from ...features.workflows._support import finish, run_until, status_is, step_deliveries
 
 STEP_SECONDS = 60.0  # the default priority step: a delivery's priority_wait is its priority times this
@@ -254,18 +252,6 @@ async def test_a_schedule_and_a_fan_out_start_runs_at_their_priority(bus: Bus, t
 # -- the migration over runs stored before it --------------------------------------------
 
 
-async def _sql(target: Target, sqlite: str, postgres: str) -> list[tuple[Any, ...]]:
-    """One statement on the test's own store, outside the bus."""
-    if target.kind == "sqlite":
-        with sqlite3.connect(target.dsn.removeprefix("sqlite:///")) as db:
-            return [tuple(r) for r in db.execute(sqlite).fetchall()]
-    conn = await asyncpg.connect(target.direct_dsn)
-    try:
-        return [tuple(r) for r in await conn.fetch(postgres.replace("{s}", f'"{target.schema}"'))]
-    finally:
-        await conn.close()
-
-
 async def test_runs_stored_before_the_migration_are_priority_0(make_bus: BusFactory, target: Target) -> None:
     first = await make_bus()
     await first.backend.workflows.start("store", "old", "A", b"{}", priority=4)
@@ -280,7 +266,7 @@ async def test_runs_stored_before_the_migration_are_priority_0(make_bus: BusFact
             "DELETE FROM {s}.schema_migrations WHERE version = 17",
         ),
     ):
-        await _sql(target, sqlite, postgres)  # the store as migration 0016 left it
+        await store_rows(target, sqlite, postgres)  # the store as migration 0016 left it
     bus = target.bus()
     try:
         assert await bus.migrate() == ["0017_add_run_priorities.sql"]

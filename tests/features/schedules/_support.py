@@ -10,7 +10,7 @@ import asyncpg
 
 from ...conftest import Target
 
-__all__ = ["db_now", "event_keys", "rewind", "sqlite_path"]
+__all__ = ["db_now", "event_keys", "rewind", "sqlite_path", "store_rows"]
 
 
 def sqlite_path(target: Target) -> str:
@@ -33,6 +33,13 @@ def _sqlite(target: Target, query: str, *args: Any) -> list[Any]:
             return conn.execute(query, args).fetchall()
     finally:
         conn.close()
+
+
+async def store_rows(target: Target, sqlite: str, postgres: str) -> list[tuple[Any, ...]]:
+    """One statement on the test's own store, outside the bus (``{s}`` is the PostgreSQL schema)."""
+    if target.kind == "sqlite":
+        return [tuple(r) for r in _sqlite(target, sqlite)]
+    return [tuple(r) for r in await _pg(target, postgres.replace("{s}", f'"{target.schema}"'))]
 
 
 async def rewind(target: Target, name: str, seconds: float, *columns: str) -> None:
