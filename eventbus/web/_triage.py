@@ -87,8 +87,9 @@ async def _act(p: Pages, request: Request, form: FormData) -> Response:
         count = await p.bus.count_deliveries(flt, cap=p.count_cap)
         hidden = [(k, str(v)) for k, v in form.multi_items() if k not in ("confirm", "token", "csrf")]
         return p.render(
-            request, "triage_confirm.html", op=op, kind=kind, count=count, shown=capped(count, p.count_cap),
-            what=_describe(flt), hidden=hidden, back=back,
+            request, "confirm.html", op=op, count=count, shown=capped(count, p.count_cap),
+            what=_describe(flt), hidden=hidden, back=back, action="/triage/action",
+            noun="dead letter(s)" if kind == "dead" else "failing deliveries",
         )  # fmt: skip
     done = await _apply(p, op, flt)
     _did(request, f"triage {op} {kind} {_describe(flt)}", done)
