@@ -17,7 +17,7 @@ from ._deprecated import Moved
 from ._priority import checked_priority
 from .audit import Actor, Audit
 from .backends import open_backend
-from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
+from .backends.base import Backend, ChangeFeed, OutgoingEvent, SubscriptionSpec
 from .errors import (
     ConfigurationError,
     EncodeError,
@@ -511,6 +511,16 @@ class Bus(Router):
         return await self.backend.operate.remove_subscription(name, entry)
 
     # -- operations ----------------------------------------------------------
+
+    def changes(self) -> ChangeFeed:
+        """A new feed of hints that the bus's tables may have changed, for a watcher such as the dashboard.
+
+        Run its ``run()`` in a task and wait on ``changed(timeout)``. It has a
+        source of its own (on PostgreSQL a LISTEN connection to ``listen_dsn``
+        or the DSN, on SQLite a look at the file's commit counter), separate
+        from the worker's wake-ups. Not every write is hinted: look yourself now and then.
+        """
+        return self.backend.wakeups.observe()
 
     async def status(self) -> StatusReport:
         """Counts, each subscription's queue, workers and (PostgreSQL) storage health."""
