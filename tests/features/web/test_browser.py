@@ -267,7 +267,7 @@ async def test_dark_mode_follows_the_system_and_every_page_reads_in_both(
     assert grounds == {("light", "rgb(247, 248, 250)"), ("dark", "rgb(15, 19, 24)")}
 
 
-async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus) -> None:
+async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(None)
     page = await browser.new_page()
     await page.goto(base + "/deliveries?subscription=charge")
@@ -284,6 +284,11 @@ async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus) -> None:
     await expect(focused.locator("td.did")).to_have_text(first_ids[1])
     outline = await focused.evaluate("r => getComputedStyle(r).outlineStyle")
     assert outline == "solid"  # the focus is visible
+    await _shot(page, "keyboard-row", backend_kind)
+    await seeded.publish(OrderPlaced(order_id="while-reading"))  # a live refresh keeps the picked row
+    await expect(page.locator("#count")).to_have_text("7")
+    await expect(focused).to_have_count(1)
+    assert await page.evaluate("document.activeElement.matches('tr.nav-focus')")
     event_link = await focused.locator("a").get_attribute("href")
     await page.keyboard.press("Enter")
     await expect(page).to_have_url(base + str(event_link))
@@ -300,6 +305,7 @@ async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus) -> None:
     await page.keyboard.press("?")
     await expect(page.locator("#kbd-help")).to_be_visible()
     await expect(page.locator("#kbd-help")).to_contain_text("next row")
+    await _shot(page, "keyboard-help", backend_kind)
     await page.keyboard.press("Escape")
     await expect(page.locator("#kbd-help")).to_be_hidden()
     await page.keyboard.press("j")
