@@ -14,7 +14,8 @@ from eventbus import Bus, Context, Worker
 from eventbus.backends.ports import ChangeFeed
 from eventbus.web import create_app
 
-from ...conftest import BusFactory
+from ...conftest import BusFactory, Target
+from ...support.databases import drop_schema
 from ...support.helpers import OrderPlaced
 from .conftest import ORIGIN
 
@@ -116,3 +117,20 @@ async def test_a_worker_still_wakes_at_once_while_a_stream_is_open(seeded: Bus, 
         body = await _stream(client, 3.0, 0.3, publish)
         worker.stop()
     assert "event: refresh" in body and took[0] < 2.0
+
+
+async def test_a_failing_look_is_told_to_the_stream_as_trouble(pg_target: Target) -> None:
+    """The bus's tables vanish under an open page: the stream says so instead of going quiet."""
+    bus = pg_target.bus(migrate=True)
+    await bus.migrate()
+    app = create_app(bus, live_interval=0.05, live_fallback=0.2)
+
+    async def drop() -> None:
+        await drop_schema(pg_target.dsn, str(pg_target.schema))
+
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
+            body = await _stream(client, 1.5, 0.3, drop)
+    finally:
+        await bus.aclose()
+    assert "event: trouble\ndata: " in body
