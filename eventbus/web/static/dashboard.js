@@ -62,7 +62,10 @@
   if (window.EventSource && document.querySelector("[data-live]")) {
     var source = new EventSource(base + "/live");
     var dot = document.getElementById("live-dot");
-    source.addEventListener("refresh", refresh);
+    source.addEventListener("refresh", function () {
+      if (dot) { dot.className = "live on"; dot.title = ""; }  // the database answers again
+      refresh();
+    });
     source.addEventListener("trouble", function (e) {
       if (dot) { dot.className = "live off"; dot.title = "the database did not answer: " + e.data; }
     });
