@@ -41,11 +41,15 @@ __all__ = ["PgInspector"]
 
 
 def filter_args(flt: DeliveryFilter) -> list[Any]:
-    """The fourteen positional parameters every filtered delivery query shares."""
+    """The fourteen positional parameters every filtered delivery query shares.
+
+    The second is the status, or the condition within one that the filter
+    asks for (``stuck``, ``retrying``: it names its status itself).
+    """
     path = flt.payload_path.split(".") if flt.payload_path else None
     ids = None if flt.ids is None else list(flt.ids)
     return [
-        flt.subscription, flt.status, flt.event_type, flt.event_id, flt.key,
+        flt.subscription, flt.condition or flt.status, flt.event_type, flt.event_id, flt.key,
         flt.correlation_id, flt.since, flt.until, path, flt.payload_value, ids,
         contains_like(flt.error_contains), message_like(flt.message_pattern),
         contains_like(flt.payload_contains),

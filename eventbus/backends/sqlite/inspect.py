@@ -142,6 +142,8 @@ def filter_params(flt: DeliveryFilter, before_id: int | None = None) -> dict[str
         "error_like": contains_like(flt.error_contains),
         "message_like": message_like(flt.message_pattern),
         "payload_like": contains_like(flt.payload_contains),
+        "condition": flt.condition,
+        "now": time.time(),
     }
 
 
