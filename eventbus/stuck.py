@@ -96,5 +96,6 @@ async def act(
         total += await apply(batch, None)
         after = batch[-1]
     if audit is not None:
-        await backend.operate.record_audit({**audit.entry(action, "deliveries", describe(target)), "count": total})
+        entry = audit.entry(action, "deliveries", describe(target))
+        await backend.operate.record_audit({**entry, "count": total})
     return total

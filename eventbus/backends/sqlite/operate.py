@@ -163,7 +163,9 @@ def release_stuck(
     return len(moved), event_types_of(conn, q, woken)
 
 
-def _audit(conn: sqlite3.Connection, q: Queries, now: float, audit: dict[str, Any] | None, count: int) -> None:
+def _audit(
+    conn: sqlite3.Connection, q: Queries, now: float, audit: dict[str, Any] | None, count: int
+) -> None:
     """The action's audit row with its count, in its transaction (nothing without one)."""
     if audit is not None:
         record_audit(conn, q, now, {**audit, "count": count})

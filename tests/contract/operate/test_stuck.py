@@ -107,7 +107,8 @@ async def test_release_of_a_lost_workers_delivery_counts_the_attempt_and_fences_
     detail = await bus.delivery(claimed.id)
     assert (detail.status, detail.attempts, detail.lease_until) == ("pending", 1, None)
     assert detail.last_error == "Released: released by ann"
-    assert [(a.attempt, a.error_type, a.message) for a in detail.history] == [(1, "Released", "released by ann")]
+    history = [(a.attempt, a.error_type, a.message) for a in detail.history]
+    assert history == [(1, "Released", "released by ann")]
     # The worker was only slow: its completion loses on the token, cleanly.
     assert await bus.backend.deliveries.complete([Completion(claimed.id, claimed.lease_token)]) == set()
     assert (await bus.delivery(claimed.id)).status == "pending"
