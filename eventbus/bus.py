@@ -765,8 +765,7 @@ def _checked_filter(flt: DeliveryFilter | None) -> DeliveryFilter:
         raise ConfigurationError(f"condition must be stuck or retrying, got {flt.condition!r}")
     if flt.condition is not None and flt.status not in (None, implied[flt.condition]):
         raise ConfigurationError(
-            f"condition {flt.condition!r} is within status {implied[flt.condition]!r}, "
-            f"not {flt.status!r}"
+            f"condition {flt.condition!r} is within status {implied[flt.condition]!r}, not {flt.status!r}"
         )
     if (flt.payload_path is None) != (flt.payload_value is None):
         raise ConfigurationError("a payload filter needs both a path and a value")
