@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import anyio
 import pytest
 
-from eventbus import ConfigurationError, Context, RetryPolicy
+from eventbus import ConfigurationError, Context, RetryPolicy, Worker
 from eventbus.audit import Actor
 from eventbus.backends.base import Completion
 from eventbus.types import DeliveryFilter
@@ -166,3 +168,20 @@ async def test_cancel_of_retrying_deliveries_by_filter(bus) -> None:
 async def test_bad_arguments_are_typed_errors(bus) -> None:
     with pytest.raises(ConfigurationError, match="lost_after_seconds must be positive"):
         await bus.release_stuck([1], lost_after_seconds=0)
+
+
+async def test_retry_now_wakes_an_idle_worker_long_before_its_poll(bus) -> None:
+    ran: list[str] = []
+    (waiting,) = await _retrying(bus, n=1, ran=ran)
+    worker = Worker(bus, poll_interval_seconds=30)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker.run)
+        await anyio.sleep(0.5)  # idle: the next run is minutes away, the next poll 30 s
+        started = time.monotonic()
+        assert await bus.retry_now([waiting]) == 1
+        with anyio.fail_after(5):
+            while not ran:
+                await anyio.sleep(0.02)
+        woke_after = time.monotonic() - started
+        worker.stop()
+    assert ran == ["o-0"] and woke_after < 3.0
