@@ -68,6 +68,7 @@ async def test_the_retrying_condition_lists_failed_deliveries_waiting_for_their_
         await bus.count_deliveries(DeliveryFilter(condition="sleepy"))  # type: ignore[arg-type]
 
 
+@pytest.mark.pooler  # the move, its wake-up and its audit row: one transaction of several statements
 async def test_retry_now_makes_a_waiting_delivery_due_and_it_runs(bus) -> None:
     ran: list[str] = []
     ids = await _retrying(bus, ran=ran)
@@ -101,6 +102,7 @@ async def test_retry_now_leaves_every_state_but_waiting_pending_alone(bus) -> No
     assert (await bus.delivery(claimed.id)).status == "processing"
 
 
+@pytest.mark.pooler  # as above, with the history row
 async def test_release_of_a_lost_workers_delivery_counts_the_attempt_and_fences_the_worker(bus) -> None:
     claimed = await _claimed(bus)  # WORKER_A never reported: lost
     (row,) = await bus.find_deliveries(DeliveryFilter(ids=[claimed.id]))
