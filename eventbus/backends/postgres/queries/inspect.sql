@@ -304,6 +304,86 @@ WHERE d.status = 'dead'
 ORDER BY d.id
 LIMIT $16;
 
+-- name: find_deliveries_stuck
+-- As find_deliveries for the condition 'stuck' ($2), the conditions written out, so the
+-- rows are found through deliveries_lease_until (the few rows under a lease)
+-- instead of a walk of the whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < now()
+  AND {_delivery_filter}
+  AND ($15::bigint IS NULL OR d.id < $15)
+ORDER BY d.id DESC
+LIMIT $16;
+
+-- name: count_deliveries_stuck
+-- As count_deliveries for the condition 'stuck' (see find_deliveries_stuck).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'processing' AND d.lease_until < now()
+      AND {_delivery_filter}
+    LIMIT $15
+) capped;
+
+-- name: delivery_ids_stuck
+-- As delivery_ids for the condition 'stuck' (see find_deliveries_stuck).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < now()
+  AND {_delivery_filter}
+  AND d.id > $15
+ORDER BY d.id
+LIMIT $16;
+
+-- name: find_deliveries_retrying
+-- As find_deliveries for the condition 'retrying' ($2), the conditions written out, so the
+-- rows are found among the pending ones (deliveries_pending) instead of a
+-- walk of the whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+  AND {_delivery_filter}
+  AND ($15::bigint IS NULL OR d.id < $15)
+ORDER BY d.id DESC
+LIMIT $16;
+
+-- name: count_deliveries_retrying
+-- As count_deliveries for the condition 'retrying' (see find_deliveries_retrying).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+      AND {_delivery_filter}
+    LIMIT $15
+) capped;
+
+-- name: delivery_ids_retrying
+-- As delivery_ids for the condition 'retrying' (see find_deliveries_retrying).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+  AND {_delivery_filter}
+  AND d.id > $15
+ORDER BY d.id
+LIMIT $16;
+
 -- name: event_row
 SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at,
        version AS event_version, priority

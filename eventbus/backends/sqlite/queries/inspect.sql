@@ -288,6 +288,94 @@ WHERE d.status = 'dead'
 ORDER BY d.id
 LIMIT :limit;
 
+-- name: find_deliveries_stuck
+-- As find_deliveries for the condition 'stuck', written out so that the rows
+-- are read through deliveries_lease_until (the few rows under a lease) instead of a walk of the
+-- whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+FROM deliveries d INDEXED BY deliveries_lease_until
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < :now
+  AND d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries_stuck
+-- As count_deliveries for the condition 'stuck', through deliveries_lease_until.
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d INDEXED BY deliveries_lease_until
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.status = 'processing' AND d.lease_until < :now
+      AND d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+      AND {_delivery_filter}
+    LIMIT :cap
+);
+
+-- name: delivery_ids_stuck
+-- As delivery_ids for the condition 'stuck', through deliveries_lease_until.
+SELECT d.id
+FROM deliveries d INDEXED BY deliveries_lease_until
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < :now
+  AND d.id > :after_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: find_deliveries_retrying
+-- As find_deliveries for the condition 'retrying', written out so that the rows
+-- are read through deliveries_pending (the pending rows alone) instead of a walk of the
+-- whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+FROM deliveries d INDEXED BY deliveries_pending
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
+  AND d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries_retrying
+-- As count_deliveries for the condition 'retrying', through deliveries_pending.
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d INDEXED BY deliveries_pending
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
+      AND d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+      AND {_delivery_filter}
+    LIMIT :cap
+);
+
+-- name: delivery_ids_retrying
+-- As delivery_ids for the condition 'retrying', through deliveries_pending.
+SELECT d.id
+FROM deliveries d INDEXED BY deliveries_pending
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
+  AND d.id > :after_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id
+LIMIT :limit;
+
 -- name: event_row
 SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at,
        version AS event_version, priority
