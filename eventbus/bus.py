@@ -660,8 +660,9 @@ class Bus(Router):
         recorded in the audit trail in the same transaction (after the walk,
         for a filter).
         """
+        target = _target(ids)
         return await act(
-            self.backend, "cancel", ids, audit=audit, stuck=stuck, lost_after_seconds=lost_after_seconds
+            self.backend, "cancel", target, audit=audit, stuck=stuck, lost_after_seconds=lost_after_seconds
         )
 
     async def retry_now(self, ids: Sequence[int] | DeliveryFilter, *, audit: Actor | None = None) -> int:
@@ -673,7 +674,7 @@ class Bus(Router):
         (``condition="retrying"``: those waiting after a failure). ``audit``:
         as for :meth:`cancel`. See :mod:`eventbus.stuck`.
         """
-        return await act(self.backend, "retry", ids, audit=audit)
+        return await act(self.backend, "retry", _target(ids), audit=audit)
 
     async def release_stuck(
         self,
@@ -692,7 +693,8 @@ class Bus(Router):
         :class:`DeliveryFilter` (``condition="stuck"``). ``audit``: as for
         :meth:`cancel`. See :mod:`eventbus.stuck` for why the attempt counts.
         """
-        return await act(self.backend, "release", ids, audit=audit, lost_after_seconds=lost_after_seconds)
+        target = _target(ids)
+        return await act(self.backend, "release", target, audit=audit, lost_after_seconds=lost_after_seconds)
 
     # -- spellings of the previous release ---------------------------------------
 
@@ -752,6 +754,11 @@ def _checked_limit(limit: int) -> int:
     if not 1 <= limit <= MAX_INSPECT_ROWS:
         raise ConfigurationError(f"limit must be between 1 and {MAX_INSPECT_ROWS}, got {limit}")
     return limit
+
+
+def _target(ids: Sequence[int] | DeliveryFilter) -> Sequence[int] | DeliveryFilter:
+    """Ids as given, or a filter checked as every read checks it."""
+    return _checked_filter(ids) if isinstance(ids, DeliveryFilter) else ids
 
 
 def _checked_filter(flt: DeliveryFilter | None) -> DeliveryFilter:

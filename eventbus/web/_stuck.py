@@ -102,11 +102,17 @@ async def timings(p: Pages, rows: list[DeliveryRow]) -> dict[int, Timing]:
     return {r.id: timing(r, workers, now) for r in rows}
 
 
-def stuck_filter(values: FormData) -> DeliveryFilter:
-    """The list's filter for an action on everything matching: its condition is required."""
+def stuck_filter(values: FormData, op: str) -> DeliveryFilter:
+    """The list's filter for ``op`` on everything matching: the list it acts on is required.
+
+    Release acts on the stuck list, retry now on the retrying list, cancel on
+    either, so the count confirmed is what the action may move.
+    """
     flt = f.delivery_filter(values)
     if flt.condition is None:
         raise ConfigurationError("an action on everything matching needs the stuck or retrying list")
+    if (op, flt.condition) in (("release", "retrying"), ("retry", "stuck")):
+        raise ConfigurationError("release acts on the stuck list, retry now on the retrying list")
     return flt
 
 
@@ -141,7 +147,7 @@ def routes(p: Pages) -> list[Route]:
         if op not in OPS:
             raise ConfigurationError("op must be retry, release or cancel")
         by_filter = form.get("scope") == "filter"
-        flt = stuck_filter(form) if by_filter else None
+        flt = stuck_filter(form, op) if by_filter else None
         ids = None if by_filter else _ticked(form)
         target = flt if flt is not None else ids
         assert target is not None

@@ -170,6 +170,9 @@ async def test_cancel_of_retrying_deliveries_by_filter(bus) -> None:
 async def test_bad_arguments_are_typed_errors(bus) -> None:
     with pytest.raises(ConfigurationError, match="lost_after_seconds must be positive"):
         await bus.release_stuck([1], lost_after_seconds=0)
+    with pytest.raises(ConfigurationError, match="within status 'processing'"):
+        await bus.release_stuck(DeliveryFilter(condition="stuck", status="pending"))
+    assert await bus.audit.entries() == []
 
 
 async def test_retry_now_wakes_an_idle_worker_long_before_its_poll(bus) -> None:

@@ -151,5 +151,7 @@ async def test_actions_are_guarded_and_checked(
     whole = {"scope": "filter", "op": "cancel", "confirm": "yes", "token": TOKEN}
     refused = await _post(rw, "/deliveries/action", whole)
     assert refused.status_code == 400 and "stuck or retrying list" in refused.text
+    mismatched = await _post(rw, "/deliveries/action", {**whole, "op": "release", "condition": "retrying"})
+    assert mismatched.status_code == 400 and "release acts on the stuck list" in mismatched.text
     assert await seeded.count_deliveries(DeliveryFilter(condition="retrying")) == 1
     assert await seeded.audit.entries() == []
