@@ -113,6 +113,7 @@ async def test_release_everything_stuck_by_the_filter(rw: httpx.AsyncClient, see
     form = {"csrf": csrf, "scope": "filter", "condition": "stuck", "op": "release"}
     preview = await _post(rw, "/deliveries/action", form)
     assert '<strong id="preview-count">2</strong>' in preview.text and "condition=stuck" in preview.text
+    assert "The attempt each was on counts" in preview.text
     hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', preview.text))
     assert hidden["scope"] == "filter" and hidden["confirm"] == "yes" and hidden["condition"] == "stuck"
     done = await _post(rw, "/deliveries/action", {**hidden, "csrf": csrf})
