@@ -42,6 +42,9 @@ FLASHES = {
     "schedule-resume": "schedule resumed",
     "schedule-trigger": "schedule triggered: it fires at the next tick",
     "triage-cancel": "cancel: {n} failing deliveries",
+    "stuck-retry": "retry now: {n} delivery(ies) due now",
+    "stuck-release": "released: {n} delivery(ies)",
+    "stuck-cancel": "cancelled: {n} delivery(ies)",
 }
 """The messages an action may leave for the page it returns to, by code (``?flash=replay&n=3``)."""
 

@@ -271,5 +271,5 @@ async def test_a_silent_worker_is_not_shown_as_listening(ro: httpx.AsyncClient, 
     page = await ro.get("/")
     row = re.search(rf"<tr><td>{worker_id[:8]}</td>.*?</tr>", page.text, re.S)
     assert row is not None, page.text
-    assert '<span class="status gone">gone</span>' in row.group(0)
+    assert '<span class="status lost">lost</span>' in row.group(0)
     assert '<span class="status ok">ok</span>' not in row.group(0)
