@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from markupsafe import Markup
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -82,9 +83,11 @@ def timing(d: DeliveryRow | DeliveryDetail, workers: dict[str, WorkerRow], now: 
         wait = relative((d.run_at - now).total_seconds())
         if d.attempts > 0:
             of = f" of {d.max_attempts}" if d.max_attempts else ""
-            text = f"next attempt at {when(d.run_at)} (in {wait}), attempt {d.attempts + 1}{of}"
+            text = Markup("next attempt at {} (in {}), attempt {}{}").format(
+                when(d.run_at), wait, d.attempts + 1, of
+            )
         else:
-            text = f"due at {when(d.run_at)} (in {wait})"
+            text = Markup("due at {} (in {})").format(when(d.run_at), wait)
         return Timing(text, waiting=True)
     return Timing("")
 

@@ -52,7 +52,11 @@ async def test_rows_show_their_lease_worker_and_next_attempt(ro: httpx.AsyncClie
     assert page.status_code == 200
     row = re.search(rf'title="delivery {retrying}".*?</tr>', page.text, re.S)
     assert row is not None, page.text
-    assert re.search(r"next attempt at [\d-]+ [\d:]+ \(in (59|60) min\), attempt 2 of 2", row.group(0))
+    assert re.search(
+        r"next attempt at <time datetime=\"[\dT:Z-]+\">[\d-]+ [\d:]+</time>"
+        r" \(in (59|60) min\), attempt 2 of 2",
+        row.group(0),
+    )
     held = await _claimed(seeded, "held")  # WORKER never reported: lost
     page = await ro.get("/deliveries?status=processing")
     row = re.search(rf'title="delivery {held.id}".*?</tr>', page.text, re.S)
