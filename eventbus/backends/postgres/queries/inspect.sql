@@ -247,8 +247,9 @@ SELECT count(*) FROM (
 -- name: find_deliveries_dead
 -- As find_deliveries for $2 = 'dead', with the status also written out: only
 -- then can a generic plan (what a pooled connection settles on) read the
--- dead-letter partial index (deliveries_dead), the dead rows alone, instead of
--- walking the whole history around them.
+-- dead-letter partial index deliveries_dead_newest, the dead rows alone and
+-- newest first, instead of walking the whole history around them (or sorting
+-- every dead letter, through deliveries_dead).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
        e.version AS event_version

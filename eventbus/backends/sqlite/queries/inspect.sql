@@ -223,12 +223,13 @@ SELECT count(*) FROM (
 
 -- name: find_deliveries_dead
 -- As find_deliveries for dead letters, the status spelled literally: the
--- planner may then read deliveries_dead (a few dead rows among millions)
--- instead of walking the primary key through all of them.
+-- planner may then read deliveries_dead_newest (the dead rows alone, already
+-- newest first) instead of walking the primary key through all the others,
+-- or sorting every dead letter for one page.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
        e.version AS event_version
-FROM deliveries d INDEXED BY deliveries_dead
+FROM deliveries d INDEXED BY deliveries_dead_newest
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
 WHERE d.status = 'dead'
@@ -239,10 +240,10 @@ ORDER BY d.id DESC
 LIMIT :limit;
 
 -- name: count_deliveries_dead
--- As count_deliveries for dead letters, through deliveries_dead (see find_deliveries_dead).
+-- As count_deliveries for dead letters, through deliveries_dead_newest (see find_deliveries_dead).
 SELECT count(*) FROM (
     SELECT 1
-    FROM deliveries d INDEXED BY deliveries_dead
+    FROM deliveries d INDEXED BY deliveries_dead_newest
     JOIN subscriptions s ON s.id = d.subscription_id
     JOIN events e ON e.id = d.event_id
     WHERE d.status = 'dead'
