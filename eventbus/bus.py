@@ -484,6 +484,10 @@ class Bus(Router):
         """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
         return await self.backend.inspect.subscriptions()
 
+    async def subscription_names(self) -> list[str]:
+        """The names of every subscription the database knows, in order (no backlog is counted)."""
+        return await self.backend.inspect.subscription_names()
+
     async def pause_subscription(self, name: str, *, audit: Actor | None = None) -> bool:
         """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active.
 

@@ -181,4 +181,4 @@ def _trace_link(template: str | None, trace: str | None) -> tuple[str, str | Non
 
 
 async def _names(p: Pages) -> list[str]:
-    return [s.name for s in await p.bus.list_subscriptions()]
+    return await p.bus.subscription_names()

@@ -7,3 +7,9 @@
 -- delivery has an entry only while it is dead, so the claim and completion
 -- paths never write it.
 CREATE INDEX deliveries_dead_newest ON {schema}.deliveries (id) WHERE status = 'dead';
+
+-- Cancelled deliveries, newest first: /deliveries?status=cancelled listed and
+-- counted them by walking the whole history (a few cancelled among a million
+-- completed). Cancelling is an operator's action, so the index is written
+-- rarely.
+CREATE INDEX deliveries_cancelled ON {schema}.deliveries (id) WHERE status = 'cancelled';

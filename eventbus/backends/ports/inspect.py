@@ -34,6 +34,10 @@ class Inspector(Protocol):
         """Every recorded subscription by name, with state, last worker report and backlog."""
         ...
 
+    async def subscription_names(self) -> list[str]:
+        """Every recorded subscription's name, in order, and nothing else (no count is read)."""
+        ...
+
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
         """The correlation chain ``event_id`` belongs to, flat and oldest first.
 

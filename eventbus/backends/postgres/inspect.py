@@ -108,6 +108,10 @@ class PgInspector:
             rows = await conn.fetch(self.q["subscriptions"])
         return rows_as(SubscriptionInfo, rows)
 
+    async def subscription_names(self) -> list[str]:
+        async with self._read("list subscription names") as conn:
+            return [r[0] for r in await conn.fetch(self.q["subscription_names"])]
+
     async def show(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
         async with self._read("show") as conn:

@@ -65,6 +65,9 @@ class SQLiteInspector:
     async def subscriptions(self) -> list[SubscriptionInfo]:
         return rows_as(SubscriptionInfo, await self._db.fetch("subscriptions"))
 
+    async def subscription_names(self) -> list[str]:
+        return [r[0] for r in await self._db.fetch("subscription_names")]
+
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
         q = self._db.q
         return await self._db.read(lambda c: _chain(c, q, event_id, limit))

@@ -136,3 +136,13 @@ async def test_bad_inspection_input_is_refused(bus) -> None:
         await bus.find_deliveries(DeliveryFilter(payload_path="a"))
     with pytest.raises(ConfigurationError):
         await bus.find_deliveries(limit=0)
+
+
+@pytest.mark.pooler
+async def test_subscription_names_are_the_recorded_subscriptions_in_order(bus) -> None:
+    """The dashboard's filter choices: the names of the subscription list, without its counts."""
+    assert await bus.subscription_names() == []
+    await _chain(bus, n=2)
+    names = await bus.subscription_names()
+    assert names == ["audit", "charge", "notify", "ship"]
+    assert names == [s.name for s in await bus.list_subscriptions()]

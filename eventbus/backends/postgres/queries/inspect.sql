@@ -41,6 +41,11 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
 FROM {schema}.subscriptions s
 ORDER BY s.name;
 
+-- name: subscription_names
+-- The names alone, for a filter's choices: the list above counts every dead
+-- letter and pending delivery of each subscription to show them.
+SELECT name FROM {schema}.subscriptions ORDER BY name;
+
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
@@ -203,9 +208,13 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- $9/$10 payload path and value, $11 ids, $12 error substring and $13 error
 -- pattern as LIKE patterns, $14 payload substring as one): every one
 -- optional. The payload filters decode the payload only for rows the cheaper
--- conditions kept; ILIKE, as SQLite's LIKE, ignores case.
+-- conditions kept; ILIKE, as SQLite's LIKE, ignores case. lease_until is set
+-- exactly while a delivery is processing: said for status 'processing', it
+-- lets the lease index (deliveries_lease_until) find those rows alone. A status
+-- of 'dead', 'pending' or 'cancelled' has its own partial index.
 ($1::text IS NULL OR s.name = $1)
   AND ($2::text IS NULL OR d.status = $2)
+  AND ($2::text IS DISTINCT FROM 'processing' OR d.lease_until IS NOT NULL)
   AND ($3::text IS NULL OR e.event_type = $3)
   AND ($4::bigint IS NULL OR d.event_id = $4)
   AND ($5::text IS NULL OR e.key = $5)

@@ -42,6 +42,11 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
 FROM subscriptions s
 ORDER BY s.name;
 
+-- name: subscription_names
+-- The names alone, for a filter's choices: the list above counts every dead
+-- letter and pending delivery of each subscription to show them.
+SELECT name FROM subscriptions ORDER BY name;
+
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,

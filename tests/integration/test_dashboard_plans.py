@@ -1,0 +1,86 @@
+"""The dashboard's delivery lists by status read that status's rows alone (PostgreSQL).
+
+/deliveries?status=processing and ?status=cancelled, listed and counted as the
+dashboard runs them (planned for their values): the rows come from the lease
+index and the cancelled partial index, not from a walk of the whole history,
+however old they are. Dead letters: see ``test_dead_letter_plan``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+import pytest
+
+from eventbus.backends.postgres.inspect import filter_args
+from eventbus.types import DeliveryFilter
+
+SEED = """
+WITH ev AS (
+    INSERT INTO {s}.events (event_type, payload)
+    SELECT 'order.placed', convert_to('{{"order_id":"' || g || '"}}', 'UTF8')
+    FROM generate_series(1, $1::int) g
+    RETURNING id
+)
+INSERT INTO {s}.deliveries (event_id, subscription_id, status, lease_until, lease_token)
+SELECT id, $2::int,
+       CASE WHEN id <= 300 THEN 'processing' WHEN id <= 600 THEN 'cancelled' ELSE 'completed' END,
+       CASE WHEN id <= 300 THEN now() + interval '30 seconds' END,
+       CASE WHEN id <= 300 THEN gen_random_uuid() END
+FROM ev
+"""
+
+
+def _rows_read(plan: dict, table: str) -> int:
+    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
+    total, stack = 0, [plan["Plan"]]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("Plans", []))
+        if node.get("Relation Name") == table:
+            total += node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
+    return total
+
+
+@pytest.fixture
+async def seeded(pg_target):
+    """The queries and a connection to 30,000 deliveries: the oldest 300 processing, the next 300 cancelled."""
+    bus = pg_target.bus()
+    try:
+        await bus.migrate()
+        q = bus.backend.db.q
+    finally:
+        await bus.aclose()
+    s = f'"{pg_target.schema}"'
+    conn = await asyncpg.connect(pg_target.dsn)
+    sub_id = await conn.fetchval(
+        f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
+        "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
+    )
+    await conn.execute(SEED.format(s=s), 30_000, sub_id)
+    await conn.execute(f"VACUUM ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
+    try:
+        yield q, conn
+    finally:
+        await conn.close()
+
+
+async def _plan(conn: asyncpg.Connection, q: dict[str, str], name: str, flt: DeliveryFilter, *tail) -> dict:
+    async with conn.transaction(readonly=True):
+        await conn.execute(q["inspect_timeout"])  # what every dashboard read runs first
+        await conn.execute(q["inspect_custom_plans"])
+        found = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name], *filter_args(flt), *tail)
+    return json.loads(found)[0]
+
+
+@pytest.mark.parametrize(("status", "index"), [("processing", "deliveries_lease_until"),
+                                               ("cancelled", "deliveries_cancelled")])  # fmt: skip
+async def test_a_status_list_and_its_count_read_that_status_alone(seeded, status: str, index: str) -> None:
+    q, conn = seeded
+    flt = DeliveryFilter(status=status)
+    page = await _plan(conn, q, "find_deliveries", flt, None, 51)
+    count = await _plan(conn, q, "count_deliveries", flt, 10_001)
+    for plan in (page, count):
+        assert index in json.dumps(plan), plan
+        assert _rows_read(plan, "deliveries") <= 300, plan
