@@ -516,9 +516,16 @@ class Bus(Router):
 
     # -- operations ----------------------------------------------------------
 
-    async def status(self) -> StatusReport:
-        """Counts, each subscription's queue, workers and (PostgreSQL) storage health."""
-        report = await self.backend.inspect.status()
+    async def status(self, *, window: int | None = None) -> StatusReport:
+        """Counts, each subscription's queue, workers and (PostgreSQL) storage health.
+
+        ``window``: count completed and cancelled deliveries among the newest
+        ``window`` only, and events no further than ``window`` (see
+        :attr:`StatusReport.window`), so the read stays bounded at millions of rows.
+        """
+        if window is not None and window < 1:
+            raise ConfigurationError(f"window must be at least 1, got {window}")
+        report = await self.backend.inspect.status(window)
         details = await self.backend.inspect.health()
         return msgspec.structs.replace(report, **msgspec.structs.asdict(details))
 

@@ -26,7 +26,7 @@ MAX_STREAM_SECONDS = 300.0
 
 
 async def fingerprint(p: Pages) -> str:
-    report = await p.bus.status()
+    report = await p.bus.status(window=p.count_cap)
     state = [report.events, sorted((r.subscription, r.status, r.count) for r in report.rows)]
     gone = {w.id for w in report.workers if w.silent_seconds > STALE_WORKER_SECONDS}
     state.append(sorted((w.id, w.listener_ok, w.id in gone) for w in report.workers))

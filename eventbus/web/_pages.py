@@ -26,7 +26,7 @@ PAYLOAD_SHOWN_BYTES = 64 * 1024
 
 def routes(p: Pages) -> list[Route]:
     async def overview(request: Request) -> Response:
-        return p.render(request, "overview.html", **overview_values(await p.bus.status()))
+        return p.render(request, "overview.html", **overview_values(await p.bus.status(window=p.count_cap)))
 
     async def deliveries(request: Request) -> Response:
         q = request.query_params

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from eventbus.backends.postgres.inspect import filter_args
-from eventbus.types import DeliveryFilter
+from eventbus.types import DeliveryFilter, DeliveryStatus
 
 SEED = """
 WITH ev AS (
@@ -45,7 +45,7 @@ def _rows_read(plan: dict, table: str) -> int:
 
 @pytest.fixture
 async def seeded(pg_target):
-    """The queries and a connection to 30,000 deliveries: the oldest 300 processing, the next 300 cancelled."""
+    """Queries and a connection to 30,000 deliveries: the oldest 300 processing, the next 300 cancelled."""
     bus = pg_target.bus()
     try:
         await bus.migrate()
@@ -76,7 +76,9 @@ async def _plan(conn: asyncpg.Connection, q: dict[str, str], name: str, flt: Del
 
 @pytest.mark.parametrize(("status", "index"), [("processing", "deliveries_lease_until"),
                                                ("cancelled", "deliveries_cancelled")])  # fmt: skip
-async def test_a_status_list_and_its_count_read_that_status_alone(seeded, status: str, index: str) -> None:
+async def test_a_status_list_and_its_count_read_that_status_alone(
+    seeded, status: DeliveryStatus, index: str
+) -> None:
     q, conn = seeded
     flt = DeliveryFilter(status=status)
     page = await _plan(conn, q, "find_deliveries", flt, None, 51)
@@ -84,3 +86,17 @@ async def test_a_status_list_and_its_count_read_that_status_alone(seeded, status
     for plan in (page, count):
         assert index in json.dumps(plan), plan
         assert _rows_read(plan, "deliveries") <= 300, plan
+
+
+async def test_the_overview_counts_a_bounded_window(seeded) -> None:
+    """The overview's completed counts and events read the newest N rows, not the 30,000 there are."""
+    q, conn = seeded
+    async with conn.transaction(readonly=True):
+        recent = json.loads(
+            await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + q["status_recent"], 5_000)
+        )[0]
+        events = json.loads(
+            await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + q["status_events_capped"], 5_000)
+        )[0]
+    assert _rows_read(recent, "deliveries") == 5_000, recent
+    assert _rows_read(events, "events") == 5_000, events

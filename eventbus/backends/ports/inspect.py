@@ -22,8 +22,11 @@ __all__ = ["Inspector"]
 class Inspector(Protocol):
     """Read-only views for the CLI and a dashboard."""
 
-    async def status(self) -> StatusReport:
-        """Delivery counts by subscription and status, the oldest runnable age, workers."""
+    async def status(self, window: int | None = None) -> StatusReport:
+        """Delivery counts by subscription and status, the oldest runnable age, workers.
+
+        ``window``: bounded counts (see :attr:`StatusReport.window` and :func:`windowed`).
+        """
         ...
 
     async def show(self, delivery_id: int) -> DeliveryDetail:

@@ -32,7 +32,7 @@ from ...types import (
     WorkerRow,
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
-from .._rows import row_as, rows_as
+from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
 from ._db import PgDb
 from ._reads import ReadPool
@@ -84,16 +84,20 @@ class PgInspector:
             await conn.execute(self._readonly_settings)  # both SET LOCALs in one round trip
             yield conn
 
-    async def status(self) -> StatusReport:
+    async def status(self, window: int | None = None) -> StatusReport:
         """Counts by subscription and status, the oldest runnable age, workers, subscriptions."""
         async with self._read("status") as conn:
-            rows = await conn.fetch(self.q["status"])
+            if window is None:
+                rows = await conn.fetch(self.q["status"])
+                events = await conn.fetchval(self.q["status_events"])
+            else:
+                rows = await conn.fetch(self.q["status_recent"], window)
+                events = await conn.fetchval(self.q["status_events_capped"], window)
             oldest = await conn.fetchval(self.q["status_oldest_pending"])
-            events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
             subscriptions = await conn.fetch(self.q["subscriptions"])
             lag = None if self.reads is None else await conn.fetchval(self.q["replica_lag"])
-        return StatusReport(
+        report = StatusReport(
             rows=rows_as(StatusRow, rows),
             oldest_pending_seconds=oldest,
             events=events,
@@ -101,6 +105,7 @@ class PgInspector:
             subscriptions=rows_as(SubscriptionInfo, subscriptions),
             replica_lag_seconds=lag,
         )
+        return report if window is None else windowed(report, report.rows, window)
 
     async def subscriptions(self) -> list[SubscriptionInfo]:
         """Every recorded subscription by name, with its state and backlog."""

@@ -31,7 +31,7 @@ from ...types import (
     WorkerRow,
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
-from .._rows import row_as, rows_as
+from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
 from ._db import SQLiteDb
 from ._link import Queries
@@ -51,9 +51,9 @@ class SQLiteInspector:
     def __init__(self, db: SQLiteDb) -> None:
         self._db = db
 
-    async def status(self) -> StatusReport:
+    async def status(self, window: int | None = None) -> StatusReport:
         q = self._db.q
-        return await self._db.read(lambda c: _status(c, q))
+        return await self._db.read(lambda c: _status(c, q, window))
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
         found = await self._db.fetch("detail", {"id": delivery_id})
@@ -160,14 +160,20 @@ def detail_of(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> Delive
     return row_as(DeliveryDetail, row, json=("headers",), history=history)
 
 
-def _status(c: sqlite3.Connection, q: Queries) -> StatusReport:
-    return StatusReport(
-        rows=rows_as(StatusRow, c.execute(q["status"])),
+def _status(c: sqlite3.Connection, q: Queries, window: int | None) -> StatusReport:
+    if window is None:
+        rows, events = c.execute(q["status"]), c.execute(q["status_events"])
+    else:
+        rows = c.execute(q["status_recent"], {"window": window})
+        events = c.execute(q["status_events_capped"], {"window": window})
+    report = StatusReport(
+        rows=rows_as(StatusRow, rows),
         oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
-        events=c.execute(q["status_events"]).fetchone()[0],
+        events=events.fetchone()[0],
         workers=rows_as(WorkerRow, c.execute(q["status_workers"])),
         subscriptions=rows_as(SubscriptionInfo, c.execute(q["subscriptions"])),
     )
+    return report if window is None else windowed(report, report.rows, window)
 
 
 def _event(conn: sqlite3.Connection, q: Queries, event_id: int) -> EventView:

@@ -146,3 +146,20 @@ async def test_subscription_names_are_the_recorded_subscriptions_in_order(bus) -
     names = await bus.subscription_names()
     assert names == ["audit", "charge", "notify", "ship"]
     assert names == [s.name for s in await bus.list_subscriptions()]
+
+
+@pytest.mark.pooler
+async def test_status_in_a_window_bounds_completed_and_events_and_keeps_the_backlog_exact(bus) -> None:
+    """The overview's counts: completed and cancelled among the newest N deliveries, events up to N."""
+    await _chain(bus)  # 14 deliveries: 13 completed, the charge of o-1 dead; 10 events
+    exact = await bus.status()
+    assert exact.window is None and not exact.window_full
+    wide = await bus.status(window=1000)
+    assert wide.rows == exact.rows and wide.events == exact.events == 10 and not wide.window_full
+    narrow = await bus.status(window=3)
+    assert narrow.window == 3 and narrow.window_full and narrow.events == 3
+    counts = {(r.subscription, r.status): r.count for r in narrow.rows}
+    assert counts[("charge", "dead")] == 1  # exact, from the dead-letter index
+    assert 0 < sum(n for (_, status), n in counts.items() if status == "completed") <= 3
+    with pytest.raises(ConfigurationError):
+        await bus.status(window=0)

@@ -10,6 +10,22 @@ FROM (SELECT subscription_id, status, count(*) AS count
 JOIN {schema}.subscriptions s ON s.id = c.subscription_id
 ORDER BY 1, 2, 3;
 
+-- name: status_recent
+-- As status, among the newest $1 deliveries only (a backward read of the
+-- primary key, however long the history): what a page that must stay fast
+-- shows, the completed and cancelled counts as lower bounds once the window
+-- is full.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM (SELECT subscription_id, status FROM {schema}.deliveries ORDER BY id DESC LIMIT $1) w
+      GROUP BY 1, 2) c
+JOIN {schema}.subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_events_capped
+-- The events counted no further than $1.
+SELECT count(*) FROM (SELECT 1 FROM {schema}.events LIMIT $1) capped;
+
 -- name: status_oldest_pending
 SELECT extract(epoch FROM now() - min(run_at))::float8
 FROM {schema}.deliveries WHERE status = 'pending' AND run_at <= now();

@@ -10,6 +10,22 @@ FROM (SELECT subscription_id, status, count(*) AS count
 JOIN subscriptions s ON s.id = c.subscription_id
 ORDER BY 1, 2, 3;
 
+-- name: status_recent
+-- As status, among the newest :window deliveries only (a backward read of the
+-- primary key, however long the history): what a page that must stay fast
+-- shows, the completed and cancelled counts as lower bounds once the window
+-- is full.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM (SELECT subscription_id, status FROM deliveries ORDER BY id DESC LIMIT :window) w
+      GROUP BY 1, 2) c
+JOIN subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_events_capped
+-- The events counted no further than :window.
+SELECT count(*) FROM (SELECT 1 FROM events LIMIT :window) capped;
+
 -- name: status_oldest_pending
 SELECT (julianday('now') - 2440587.5) * 86400.0 - min(run_at)
 FROM deliveries
