@@ -526,7 +526,7 @@ class Bus(Router):
         if window is not None and window < 1:
             raise ConfigurationError(f"window must be at least 1, got {window}")
         report = await self.backend.inspect.status(window)
-        details = await self.backend.inspect.health()
+        details = await self.backend.inspect.health(window)
         return msgspec.structs.replace(report, **msgspec.structs.asdict(details))
 
     async def trace(self, event_id: int, *, limit: int = 1000) -> ChainEvent:

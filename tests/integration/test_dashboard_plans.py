@@ -18,14 +18,15 @@ from eventbus.types import DeliveryFilter, DeliveryStatus
 
 SEED = """
 WITH ev AS (
-    INSERT INTO {s}.events (event_type, payload)
-    SELECT 'order.placed', convert_to('{{"order_id":"' || g || '"}}', 'UTF8')
+    INSERT INTO {s}.events (event_type, key, payload)
+    SELECT 'order.placed', 'k-' || g, convert_to('{{"order_id":"' || g || '"}}', 'UTF8')
     FROM generate_series(1, $1::int) g
     RETURNING id
 )
 INSERT INTO {s}.deliveries (event_id, subscription_id, status, lease_until, lease_token)
 SELECT id, $2::int,
-       CASE WHEN id <= 300 THEN 'processing' WHEN id <= 600 THEN 'cancelled' ELSE 'completed' END,
+       CASE WHEN id <= 300 THEN 'processing' WHEN id <= 600 THEN 'cancelled' WHEN id <= 900 THEN 'dead'
+            ELSE 'completed' END,
        CASE WHEN id <= 300 THEN now() + interval '30 seconds' END,
        CASE WHEN id <= 300 THEN gen_random_uuid() END
 FROM ev
@@ -45,7 +46,7 @@ def _rows_read(plan: dict, table: str) -> int:
 
 @pytest.fixture
 async def seeded(pg_target):
-    """Queries and a connection to 30,000 deliveries: the oldest 300 processing, the next 300 cancelled."""
+    """Queries and a connection to 30,000 deliveries: the oldest 300 processing, 300 cancelled, 300 dead."""
     bus = pg_target.bus()
     try:
         await bus.migrate()
@@ -70,7 +71,9 @@ async def _plan(conn: asyncpg.Connection, q: dict[str, str], name: str, flt: Del
     async with conn.transaction(readonly=True):
         await conn.execute(q["inspect_timeout"])  # what every dashboard read runs first
         await conn.execute(q["inspect_custom_plans"])
-        found = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + q[name], *filter_args(flt), *tail)
+        found = await conn.fetchval(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + q[name], *filter_args(flt), *tail
+        )
     return json.loads(found)[0]
 
 
@@ -100,3 +103,27 @@ async def test_the_overview_counts_a_bounded_window(seeded) -> None:
         )[0]
     assert _rows_read(recent, "deliveries") == 5_000, recent
     assert _rows_read(events, "events") == 5_000, events
+
+
+async def test_a_key_is_looked_up_by_its_event_type_not_scanned_for(seeded) -> None:
+    """/deliveries?key=…: one probe of events_type_key per subscription, not a read of the 30,000 events
+    (or of the whole index, the key being its second column)."""
+    q, conn = seeded
+    flt = DeliveryFilter(key="k-20000")
+    page = await _plan(conn, q, "find_deliveries", flt, None, 51)
+    count = await _plan(conn, q, "count_deliveries", flt, 10_001)
+    for plan in (page, count):
+        assert "events_type_key" in json.dumps(plan), plan
+        top = plan["Plan"]
+        assert top["Actual Rows"] == 1, plan
+        assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] <= 30, plan
+
+
+async def test_dead_letters_of_a_type_are_counted_from_the_dead_letters(seeded) -> None:
+    """/dead?event_type=…: the type is the subscription's, so the count walks the 300 dead letters
+    and looks up their events, instead of reading every event of the type first."""
+    q, conn = seeded
+    flt = DeliveryFilter(status="dead", event_type="order.placed")
+    count = await _plan(conn, q, "count_deliveries_dead", flt, 10_001)
+    assert _rows_read(count, "deliveries") == 300, count
+    assert _rows_read(count, "events") <= 300, count

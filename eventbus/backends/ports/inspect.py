@@ -50,12 +50,14 @@ class Inspector(Protocol):
         """
         ...
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         """Every event type in the log, each subscription's queue, and storage health.
 
         Reads partial indexes and bounded windows only, so it stays fast at
         millions of rows; counts that are bounded say so in their ``*_capped``
         flag. Tables and the xmin horizon are PostgreSQL's (empty on SQLite).
+        ``window``: the cap of the event counts and the window of recent
+        completions, in place of 100,000 each.
         """
         ...
 

@@ -136,19 +136,20 @@ class PgInspector:
             deliveries = await conn.fetch(self.q["chain_deliveries"], [e["id"] for e in events])
         return chain_of(events, deliveries)
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         """Event types, queues, tables and the xmin horizon, from bounded reads only."""
+        cap, newest = (COUNT_CAP, RECENT_WINDOW) if window is None else (window, window)
         async with self.db.conn() as conn:  # the primary's own statistics, even with a replica
-            types = await conn.fetch(self.q["health_event_types"], COUNT_CAP)
-            versions = await conn.fetch(self.q["health_event_versions"], COUNT_CAP)
+            types = await conn.fetch(self.q["health_event_types"], cap)
+            versions = await conn.fetch(self.q["health_event_versions"], cap)
             subs = await conn.fetch(self.q["health_subscriptions"])
-            recent = await conn.fetch(self.q["health_completed_recent"], RECENT_WINDOW)
+            recent = await conn.fetch(self.q["health_completed_recent"], newest)
             tables = await conn.fetch(self.q["health_tables"], self.db.schema)
             horizon = await conn.fetchrow(self.q["health_horizon"])
             last_prune = await conn.fetchval(self.q["health_last_prune"])
         return StatusDetails(
-            event_types=event_types_of(types, versions),
-            queues=subscriptions_of(subs, recent),
+            event_types=event_types_of(types, versions, cap),
+            queues=subscriptions_of(subs, recent, newest),
             tables=rows_as(TableHealth, tables),
             horizon=None if horizon is None else row_as(HorizonHolder, horizon),
             last_prune_at=last_prune,

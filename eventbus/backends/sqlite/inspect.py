@@ -72,9 +72,9 @@ class SQLiteInspector:
         q = self._db.q
         return await self._db.read(lambda c: _chain(c, q, event_id, limit))
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         q = self._db.q
-        return await self._db.read(lambda c: _health(c, q))
+        return await self._db.read(lambda c: _health(c, q, window))
 
     async def find(
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
@@ -209,15 +209,16 @@ def _chain(conn: sqlite3.Connection, q: Queries, event_id: int, limit: int) -> l
     return chain_of(events, [_timed(r, "updated_at") for r in deliveries])
 
 
-def _health(conn: sqlite3.Connection, q: Queries) -> StatusDetails:
+def _health(conn: sqlite3.Connection, q: Queries, window: int | None) -> StatusDetails:
+    cap, newest = (COUNT_CAP, RECENT_WINDOW) if window is None else (window, window)
     now = conn.execute(q["now"]).fetchone()[0]
-    types = conn.execute(q["health_event_types"], {"cap": COUNT_CAP}).fetchall()
-    versions = conn.execute(q["health_event_versions"], {"cap": COUNT_CAP}).fetchall()
+    types = conn.execute(q["health_event_types"], {"cap": cap}).fetchall()
+    versions = conn.execute(q["health_event_versions"], {"cap": cap}).fetchall()
     subs = [_timed(r, "last_seen_at") for r in conn.execute(q["health_subscriptions"], {"now": now})]
-    recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": RECENT_WINDOW}).fetchall()
+    recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": newest}).fetchall()
     last = conn.execute(q["health_last_prune"]).fetchone()
     return StatusDetails(
-        event_types=event_types_of(types, versions),
-        queues=subscriptions_of(subs, recent),
+        event_types=event_types_of(types, versions, cap),
+        queues=subscriptions_of(subs, recent, newest),
         last_prune_at=None if last is None else to_time(last[0]),
     )

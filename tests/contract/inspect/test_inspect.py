@@ -161,5 +161,9 @@ async def test_status_in_a_window_bounds_completed_and_events_and_keeps_the_back
     counts = {(r.subscription, r.status): r.count for r in narrow.rows}
     assert counts[("charge", "dead")] == 1  # exact, from the dead-letter index
     assert 0 < sum(n for (_, status), n in counts.items() if status == "completed") <= 3
+    assert all(q.completed_last_hour_capped and q.completed_last_hour <= 3 for q in narrow.queues)
+    assert all(t.events <= 3 for t in narrow.event_types)
+    assert any(t.events_capped for t in narrow.event_types)
+    assert not any(q.completed_last_hour_capped for q in wide.queues)
     with pytest.raises(ConfigurationError):
         await bus.status(window=0)

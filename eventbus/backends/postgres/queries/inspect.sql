@@ -227,13 +227,18 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- conditions kept; ILIKE, as SQLite's LIKE, ignores case. lease_until is set
 -- exactly while a delivery is processing: said for status 'processing', it
 -- lets the lease index (deliveries_lease_until) find those rows alone. A status
--- of 'dead', 'pending' or 'cancelled' has its own partial index.
+-- of 'dead', 'pending' or 'cancelled' has its own partial index. A
+-- subscription has one event type, its events' (register never changes it):
+-- the type is read on the subscription, so a list by type walks its
+-- subscriptions' deliveries instead of hashing every event of the type, and a
+-- key is looked up by (event type, key) in events_type_key, once per
+-- subscription, instead of scanning the log.
 ($1::text IS NULL OR s.name = $1)
   AND ($2::text IS NULL OR d.status = $2)
   AND ($2::text IS DISTINCT FROM 'processing' OR d.lease_until IS NOT NULL)
-  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($3::text IS NULL OR s.event_type = $3)
   AND ($4::bigint IS NULL OR d.event_id = $4)
-  AND ($5::text IS NULL OR e.key = $5)
+  AND ($5::text IS NULL OR (e.key = $5 AND e.event_type = s.event_type))
   AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
   AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
   AND ($8::timestamptz IS NULL OR d.updated_at < $8)
