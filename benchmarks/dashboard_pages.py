@@ -45,7 +45,8 @@ import anyio
 import asyncpg
 import httpx
 import msgspec
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from benchmarks.peers.common import recreate_database
 from eventbus import Bus, Context, Event, Worker
@@ -319,7 +320,7 @@ async def sample_ids(dsn: str) -> dict[str, Any]:
 def path_values(ids: dict[str, Any]) -> dict[str, dict[str, str]]:
     """A value for each path parameter, by the first segment of the route (``""``: any route)."""
     return {
-        "machines": {"name": MACHINE, "key": LIVE_KEYS[0]},
+        "machines": {"name": MACHINE, "key": LIVE_KEYS[0], "run_id": "1"},
         "schedules": {"name": "report-00"},
         "subscriptions": {"name": "billing"},
         "triage": {"delivery_id": str(ids["dead_delivery"])},
@@ -377,30 +378,36 @@ FIXED_QUERY = {"/live": {"max_seconds": "0.2"}}
 within 0.2 s (so its time includes that wait)."""
 
 
+def get_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, list[str]]]:
+    """(full path, its parameters) of every GET route, inside mounted routers too (not static files)."""
+    for route in routes:
+        if isinstance(route, Route) and "GET" in (route.methods or ()):
+            yield prefix + route.path, list(route.param_convertors)
+        elif isinstance(route, Mount) and not isinstance(route.app, StaticFiles):
+            yield from get_routes(list(route.routes), prefix + route.path)
+
+
+def fill(path: str, values: dict[str, str]) -> str:
+    """``path`` with each ``{name}`` or ``{name:convertor}`` replaced by its value, quoted."""
+    return re.sub(r"{(\w+)(?::\w+)?}", lambda m: urllib.parse.quote(values[m.group(1)], safe="/"), path)
+
+
 def requests_of(app_routes: list[Any], ids: dict[str, Any]) -> list[tuple[str, str, str | None]]:
     """(route, URL, why skipped) for every GET route of the application and the variants of each."""
     values = path_values(ids)
     extra = variants(ids)
     out: list[tuple[str, str, str | None]] = []
-    for route in app_routes:
-        if not isinstance(route, Route) or "GET" not in (route.methods or ()):
-            continue
-        first = route.path.strip("/").split("/")[0]
+    for path, params in get_routes(app_routes):
+        first = path.strip("/").split("/")[0]
         given = {**values[""], **values.get(first, {})}
-        missing = [p for p in route.param_convertors if p not in given]
+        missing = [p for p in params if p not in given]
         if missing:
-            out.append((route.path, route.path, f"no value for {', '.join(missing)}"))
+            out.append((path, path, f"no value for {', '.join(missing)}"))
             continue
-        path_keys = set(route.param_convertors)
-        for query in [{}, *extra.get(route.path, [])]:
-            params = {k: v for k, v in query.items() if k in path_keys}
-            path = route.url_path_for(route.name, **{**{k: given[k] for k in path_keys}, **params})
-            rest = {
-                **FIXED_QUERY.get(route.path, {}),
-                **{k: v for k, v in query.items() if k not in path_keys},
-            }
-            url = str(path) + ("?" + urllib.parse.urlencode(rest) if rest else "")
-            out.append((route.path, url, None))
+        for query in [{}, *extra.get(path, [])]:
+            rest = {**FIXED_QUERY.get(path, {}), **{k: v for k, v in query.items() if k not in params}}
+            url = fill(path, {**given, **{k: v for k, v in query.items() if k in params}})
+            out.append((path, url + ("?" + urllib.parse.urlencode(rest) if rest else ""), None))
     return out
 
 
