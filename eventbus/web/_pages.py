@@ -27,7 +27,7 @@ PAYLOAD_SHOWN_BYTES = 64 * 1024
 
 def routes(p: Pages) -> list[Route]:
     async def overview(request: Request) -> Response:
-        return p.render(request, "overview.html", **overview_values(await p.bus.status()))
+        return p.render(request, "overview.html", **overview_values(await p.bus.status(window=p.count_cap)))
 
     async def deliveries(request: Request) -> Response:
         q = request.query_params
@@ -183,4 +183,4 @@ def _trace_link(template: str | None, trace: str | None) -> tuple[str, str | Non
 
 
 async def _names(p: Pages) -> list[str]:
-    return [s.name for s in await p.bus.list_subscriptions()]
+    return await p.bus.subscription_names()
