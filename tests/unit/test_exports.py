@@ -58,8 +58,8 @@ BUS_METHODS = [
     "dead_letters", "decode", "delivery", "event", "find_deliveries", "include", "list_subscriptions",
     "migrate", "outgoing", "pause_subscription", "prune", "publish", "publish_many", "publish_raw", "purge",
     "register", "release_stuck", "remove_subscription", "replay", "resume_subscription", "retry_now",
-    "schedule", "specs", "status", "subscription_names",
-    "subscribe", "trace", "validate_payload",
+    "schedule", "specs", "status",
+    "subscribe", "subscription_names", "trace", "validate_payload",
 ]  # fmt: skip
 """Bus's own public methods; state machines and schedules are the bundles bus.workflows, bus.schedules."""
 
