@@ -55,7 +55,7 @@ def _move_args(t: WorkflowTransition) -> list[Any]:
         t.checkpoint, t.error_code, t.error, t.held_state, t.compensate_to, t.next_run_in,
         t.entered, t.new_run, t.expected_version, lease_id, token,
         h.state, h.visit, h.outcome, h.yielded, h.error_code, h.error, h.actor, h.reason,
-        h.delivery_id, h.started_at,
+        h.delivery_id, h.started_at, h.woken_by,
     ]  # fmt: skip
 
 
