@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
+
+from ._timeline import duration
 import orjson
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -93,6 +95,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(when=when, seconds=seconds, number=lambda n: f"{n:,}")
+    env.filters["duration"] = lambda v: "—" if v is None else duration(v)
     return env
 
 

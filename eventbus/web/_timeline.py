@@ -1,0 +1,135 @@
+"""A run's visits in order, as facts for a table and as a horizontal SVG timeline.
+
+Each history row of the run is one visit (or an operator's action): when it
+started and ended, how long it ran, how long the run waited before it since
+the previous row ended, and what woke it (``woken_by``, told in words; rows
+written before causes were recorded say ``unknown``). The drawing gives each
+visit a bar and each wait a gap, both sized on a log scale so a 2 ms visit
+and a 3 h wait are both readable; the real durations are written on them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+from ..types import WorkflowHistoryRow
+from ..workflows._wake import Wake, describe_wake
+
+__all__ = ["Visit", "duration", "timeline_svg", "visits"]
+
+CHAR_PX = 6.6  # 11 px monospace
+FONT = "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, monospace"
+COLOURS = {"ok": "#12795a", "goto": "#12795a", "yield": "#a15c00", "approval-requested": "#a15c00",
+           "approval-wait": "#a15c00", "fail": "#b42318", "error": "#b42318", "timeout": "#b42318",
+           "cap": "#b42318", "denied": "#b42318", "expired": "#b42318"}  # fmt: skip
+OPERATOR = "#67707a"
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One history row of a run, with the wait before it and its cause."""
+
+    row: WorkflowHistoryRow
+    ran_seconds: float
+    waited_seconds: float | None
+    """Since the previous row of the run ended (None for the first)."""
+    wake: Wake
+
+    @property
+    def operator(self) -> bool:
+        return self.row.actor.startswith("operator:") and self.row.outcome != "denied"
+
+
+def visits(history: Sequence[WorkflowHistoryRow], run_id: int) -> list[Visit]:
+    """The rows of run ``run_id`` in version order, each with its duration, wait and cause."""
+    rows = [h for h in history if h.run_id == run_id]
+    out: list[Visit] = []
+    for i, h in enumerate(rows):
+        ran = max(0.0, (h.at - h.started_at).total_seconds())
+        waited = None if i == 0 else max(0.0, (h.started_at - rows[i - 1].at).total_seconds())
+        wake = describe_wake(h.woken_by)
+        if h.woken_by is None and h.actor.startswith("operator:"):
+            wake = Wake("operator", h.actor.removeprefix("operator:"))
+        out.append(Visit(h, ran, waited, wake))
+    return out
+
+
+def duration(seconds: float | None) -> str:
+    """A duration in its largest sensible unit: 4 ms, 2.5 s, 3 min 20 s, 5 h 2 min, 2 d 4 h."""
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "min", 60), ("min", 60, "s", 1)):
+        if seconds >= size:
+            whole, rest = divmod(int(seconds), size)
+            return f"{whole} {unit} {rest // subsize} {sub}" if rest // subsize else f"{whole} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _scale(seconds: float, base: float) -> float:
+    return base + 14.0 * math.log10(1.0 + seconds * 1000.0)
+
+
+def _w(text: str) -> float:
+    return len(text) * CHAR_PX
+
+
+def timeline_svg(run: Sequence[Visit]) -> str:
+    """The run as bars (visits) and gaps (waits) left to right; empty when the run has no row yet."""
+    if not run:
+        return ""
+    parts: list[str] = []
+    x = 10.0
+    top, bar_h = 40.0, 22.0
+    for i, v in enumerate(run):
+        if i > 0:
+            cause, wait = v.wake.text, duration(v.waited_seconds)
+            gap = max(_scale(v.waited_seconds or 0.0, 24.0), _w(cause) + 16, _w(wait) + 16)
+            mid, y = x + gap / 2, top + bar_h / 2
+            parts.append(
+                f'<g class="tl-wait {escape(v.wake.kind)}"><title>waited {escape(wait)}; woken by {escape(cause)}</title>'
+                f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x + gap - 3:.1f}" y2="{y:.1f}" stroke="#9aa3ad" '
+                f'stroke-dasharray="3 3"/>'
+                f'<text x="{mid:.1f}" y="{y - 6:.1f}" text-anchor="middle" fill="#2457c5">{escape(cause)}</text>'
+                f'<text x="{mid:.1f}" y="{y + 15:.1f}" text-anchor="middle" fill="#67707a">{escape(wait)}</text></g>'
+            )
+            x += gap
+        name, ran = v.row.state, duration(v.ran_seconds)
+        width = max(_scale(v.ran_seconds, 10.0), 14.0)
+        colour = OPERATOR if v.operator else COLOURS.get(v.row.outcome, "#2457c5")
+        label_w = max(_w(name), _w(ran), _w(v.row.outcome))
+        centre = x + max(width, label_w) / 2
+        parts.append(
+            f'<g class="tl-visit {escape(v.row.outcome)}"><title>{escape(_visit_title(v))}</title>'
+            f'<text x="{centre:.1f}" y="{top - 8:.1f}" text-anchor="middle" font-weight="700" fill="#1d232a">'
+            f"{escape(name)}</text>"
+            f'<rect x="{centre - width / 2:.1f}" y="{top:.1f}" width="{width:.1f}" height="{bar_h:.1f}" rx="3" '
+            f'fill="{colour}"/>'
+            f'<text x="{centre:.1f}" y="{top + bar_h + 14:.1f}" text-anchor="middle" fill="#1d232a">'
+            f"{escape(v.row.outcome)}</text>"
+            f'<text x="{centre:.1f}" y="{top + bar_h + 28:.1f}" text-anchor="middle" fill="#67707a">'
+            f"{escape(ran)}</text></g>"
+        )
+        x += max(width, label_w)
+    width, height = x + 10, top + bar_h + 38
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="run-timeline" role="img" viewBox="0 0 {width:.0f} '
+        f'{height:.0f}" width="{width:.0f}" height="{height:.0f}" font-family="{escape(FONT)}" font-size="11">'
+        f"<title>the run's visits in order, with the waits between them and what woke each</title>"
+        + "".join(parts)
+        + "</svg>"
+    )
+
+
+def _visit_title(v: Visit) -> str:
+    h = v.row
+    text = f"{h.state} visit {h.visit}: {h.outcome} → {h.next_state}, ran {duration(v.ran_seconds)}"
+    if h.error_code or h.error:
+        text += f" ({h.error_code or ''} {h.error or ''})".rstrip()
+    return text

@@ -1,0 +1,404 @@
+"""The state table drawn as SVG in Python: a layered layout, with no renderer to install.
+
+States are boxes in columns, left to right, by breadth-first distance from
+the initial state (a start dot before it); the terminals a run can reach are
+boxes with a double border, the machines a state starts are dashed boxes.
+An edge to the next column is a straight arrow; an edge that skips columns
+runs in a lane above the boxes, an edge back to an earlier column in a lane
+below them, an edge within a column curves out to its right, and an edge
+back into its own state loops over its corner. Each label sits on its edge,
+moved along it when it would cover another label.
+
+Text is measured as a monospace font's advance (0.6 em), so a box is as wide
+as its longest line. Every name and label is escaped: a state, signal or
+machine name never reaches the markup as markup.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+
+from ._diagram import Counts, _child_edges, _edges, _notes, _terminals
+from ._machine import Machine
+
+__all__ = ["Box", "Drawing", "Edge", "draw", "layout"]
+
+FONT_PX = 12.0
+CHAR_PX = FONT_PX * 0.6
+"""The advance of one character of the drawing's monospace font."""
+LINE_PX = 16.0
+PAD_X, PAD_Y = 10.0, 7.0
+GAP_Y = 44.0
+"""Between two boxes of a column: room for a loop and its label."""
+MIN_GAP_X = 64.0
+LANE_PX = 18.0
+NOTE_CHARS = 30
+BADGE_PX = 22.0
+FONT = "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, monospace"
+
+Link = Callable[[str, str], str | None]
+"""(kind, name) -> the link of a box (kind ``state`` or ``machine``), or None."""
+
+
+@dataclass
+class Box:
+    """One node: a state, a terminal, a child machine or the start dot."""
+
+    id: str
+    kind: str  # start | state | terminal | child
+    name: str
+    lines: list[str]
+    layer: int = 0
+    x: float = 0.0
+    y: float = 0.0
+    w: float = 0.0
+    h: float = 0.0
+    count: int = 0
+    detail: str = ""
+    status: str = ""  # a terminal's run status
+
+    @property
+    def cx(self) -> float:
+        return self.x + self.w / 2
+
+    @property
+    def cy(self) -> float:
+        return self.y + self.h / 2
+
+
+@dataclass
+class Edge:
+    """One arrow: from ``source`` to ``target`` box ids, with its label and drawn path."""
+
+    source: str
+    target: str
+    label: str
+    kind: str = "forward"  # forward | skip | back | same | self | child
+    path: str = ""
+    label_at: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass
+class Drawing:
+    """A laid-out table: boxes by id, edges, and the view box (x, y, width, height)."""
+
+    boxes: dict[str, Box]
+    edges: list[Edge]
+    view: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+    labels: list[tuple[float, float, float, float]] = field(default_factory=list)
+    left: list[float] = field(default_factory=list)
+    right: list[float] = field(default_factory=list)
+    """The left and right edges of each column."""
+
+
+def _text_w(text: str) -> float:
+    return len(text) * CHAR_PX
+
+
+def _nodes(m: Machine[Any], counts: Counts) -> tuple[dict[str, Box], list[Edge]]:
+    table = _edges(m)
+    boxes = {"start": Box("start", "start", "", [], w=14.0, h=14.0)}
+    for state in m.states.values():
+        notes = [line for note in _notes(state) for line in textwrap.wrap(note, NOTE_CHARS)]
+        boxes["s:" + state.name] = Box("s:" + state.name, "state", state.name, notes)
+    for terminal in _terminals(m, table):
+        boxes["s:" + terminal] = Box("s:" + terminal, "terminal", terminal, [], status=m.terminals[terminal])
+    edges = [Edge("start", "s:" + m.initial.name, "")]
+    merged: dict[tuple[str, str], list[str]] = {}
+    for source, target, label in table:
+        merged.setdefault(("s:" + source, "s:" + target), []).append(label)
+    edges += [Edge(s, t, ", ".join(labels)) for (s, t), labels in merged.items() if t in boxes]
+    for source, child in _child_edges(m):
+        boxes.setdefault("m:" + child, Box("m:" + child, "child", child, ["child machine"]))
+        edges.append(Edge("s:" + source, "m:" + child, "starts, waits", kind="child"))
+    for (state, status), n in counts.items():
+        box = boxes.get("s:" + state)
+        if box is not None and n:
+            box.count += n
+            box.detail = ", ".join(filter(None, [box.detail, f"{n} {status}"]))
+    return boxes, edges
+
+
+def _size(box: Box) -> None:
+    if box.kind == "start":
+        return
+    badge = BADGE_PX + _text_w(str(box.count)) if box.count else 0.0
+    width = max([_text_w(box.name) + badge, *map(_text_w, box.lines)])
+    box.w = max(64.0, width + 2 * PAD_X)
+    box.h = (1 + len(box.lines)) * LINE_PX + 2 * PAD_Y
+
+
+def _layers(boxes: dict[str, Box], edges: list[Edge]) -> list[list[str]]:
+    """Breadth-first layers from the start; a box nothing reaches goes after the last."""
+    out_edges: dict[str, list[str]] = {}
+    for e in edges:
+        out_edges.setdefault(e.source, []).append(e.target)
+    depth = {"start": 0}
+    queue = ["start"]
+    for node in queue:
+        for nxt in out_edges.get(node, []):
+            if nxt not in depth:
+                depth[nxt] = depth[node] + 1
+                queue.append(nxt)
+    for e in edges:  # a terminal goes one column after the furthest state leading into it
+        if boxes[e.target].kind == "terminal" and e.source in depth and boxes[e.source].kind != "terminal":
+            depth[e.target] = max(depth[e.target], depth[e.source] + 1)
+    last = max(depth.values()) + 1
+    layers: list[list[str]] = [[] for _ in range(last + 1)]
+    for box_id in boxes:
+        layers[depth.get(box_id, last)].append(box_id)
+    layers = [layer for layer in layers if layer]
+    for i, layer in enumerate(layers):
+        for box_id in layer:
+            boxes[box_id].layer = i
+    return _order(layers, edges)
+
+
+def _order(layers: list[list[str]], edges: list[Edge]) -> list[list[str]]:
+    """Each column sorted by the mean row of the boxes leading into it (fewer crossings)."""
+    for _ in range(2):
+        row = {b: i for layer in layers for i, b in enumerate(layer)}
+        col = {b: c for c, layer in enumerate(layers) for b in layer}
+        for c in range(1, len(layers)):
+            def weight(b: str, c: int = c) -> float:
+                sources = [row[e.source] for e in edges if e.target == b and col[e.source] < c]
+                return sum(sources) / len(sources) if sources else row[b]
+
+            layers[c] = sorted(layers[c], key=weight)
+            row.update({b: i for i, b in enumerate(layers[c])})
+    return layers
+
+
+def _classify(boxes: dict[str, Box], edges: list[Edge]) -> None:
+    for e in edges:
+        a, b = boxes[e.source].layer, boxes[e.target].layer
+        if e.source == e.target:
+            e.kind = "self"
+        elif b == a:
+            e.kind = "same"
+        elif b < a:
+            e.kind = "back"
+        elif b > a + 1:
+            e.kind = "skip"
+        elif e.kind != "child":
+            e.kind = "forward"
+
+
+def _place(d: Drawing, layers: list[list[str]]) -> None:
+    boxes, edges = d.boxes, d.edges
+    heights = [sum(boxes[b].h for b in layer) + GAP_Y * (len(layer) - 1) for layer in layers]
+    tallest = max(heights)
+    x = 0.0
+    for i, layer in enumerate(layers):
+        width = max(boxes[b].w for b in layer)
+        d.left.append(x)
+        d.right.append(x + width)
+        y = (tallest - heights[i]) / 2
+        for b in layer:
+            box = boxes[b]
+            box.x, box.y = x + (width - box.w) / 2, y
+            y += box.h + GAP_Y
+        labels = [_text_w(e.label) for e in edges if boxes[e.source].layer == i and e.kind in ("forward", "child")]
+        loops = [_text_w(e.label) for e in edges if boxes[e.source].layer == i and e.kind in ("self", "same")]
+        lanes = sum(1 for e in edges if e.kind in ("skip", "back") and i in (boxes[e.source].layer, boxes[e.target].layer - 1))
+        x += width + max([MIN_GAP_X + 10 * lanes, *(w + 28 + 10 * lanes for w in labels), *(w + 30 for w in loops)])
+
+
+def _border(box: Box, tx: float, ty: float) -> tuple[float, float]:
+    """Where the line from the box's centre towards (tx, ty) leaves the box."""
+    dx, dy = tx - box.cx, ty - box.cy
+    if dx == 0 and dy == 0:
+        return box.cx, box.cy
+    scale = min(box.w / 2 / abs(dx) if dx else float("inf"), box.h / 2 / abs(dy) if dy else float("inf"))
+    return box.cx + dx * scale, box.cy + dy * scale
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+def _label_box(e: Edge, at: tuple[float, float]) -> tuple[float, float, float, float]:
+    w = _text_w(e.label) + 6
+    return at[0] - w / 2, at[1] - LINE_PX / 2 - 1, w, LINE_PX + 2
+
+
+def _route(d: Drawing) -> None:
+    boxes = d.boxes
+    top = min(b.y for b in boxes.values())
+    bottom = max(b.y + b.h for b in boxes.values())
+    lanes = {"skip": 0, "back": 0}
+    for e in d.edges:
+        s, t = boxes[e.source], boxes[e.target]
+        if e.kind in ("forward", "child"):
+            (x1, y1), (x2, y2) = _border(s, t.cx, t.cy), _border(t, s.cx, s.cy)
+            e.path = f"M{x1:.1f},{y1:.1f} L{x2:.1f},{y2:.1f}"
+            e.label_at = _slide(d, e, (x1, y1), (x2, y2))
+        elif e.kind == "self":
+            x0, y0 = s.x + s.w - 14, s.y
+            e.path = f"M{x0:.1f},{y0:.1f} C{x0:.1f},{y0 - 30:.1f} {s.x + s.w + 30:.1f},{s.y + 12:.1f} {s.x + s.w:.1f},{s.y + 12:.1f}"
+            e.label_at = (s.x + s.w + 8 + _text_w(e.label) / 2, s.y - 16)
+        elif e.kind == "same":
+            x0 = s.x + s.w
+            bend = max(s.x + s.w, t.x + t.w) + 36
+            e.path = f"M{x0:.1f},{s.cy:.1f} C{bend:.1f},{s.cy:.1f} {bend:.1f},{t.cy:.1f} {t.x + t.w:.1f},{t.cy:.1f}"
+            e.label_at = (bend - 6 + _text_w(e.label) / 2, (s.cy + t.cy) / 2)
+        else:
+            lanes[e.kind] += 1
+            n = lanes[e.kind]
+            lane = top - 14 - LANE_PX * n if e.kind == "skip" else bottom + 14 + LANE_PX * n
+            x0 = d.right[s.layer] + 8 + 5 * n  # down (or up) in the gap after the source's column
+            x1 = d.left[t.layer] - 8 - 5 * n  # and back in the gap before the target's
+            y0, y1 = s.cy + 4, t.cy + 4
+            e.path = (
+                f"M{s.x + s.w:.1f},{y0:.1f} L{x0:.1f},{y0:.1f} L{x0:.1f},{lane:.1f} "
+                f"L{x1:.1f},{lane:.1f} L{x1:.1f},{y1:.1f} L{t.x:.1f},{y1:.1f}"
+            )
+            x0, x1 = sorted((x0, x1))
+            e.label_at = _slide(d, e, (x0, lane), (x1, lane))
+        if e.label:
+            d.labels.append(_label_box(e, e.label_at))
+
+
+def _slide(d: Drawing, e: Edge, a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """The first point along a→b (middle first) where the label covers no other label and no box."""
+    if not e.label:
+        return (a[0] + b[0]) / 2, (a[1] + b[1]) / 2
+    rects = [(x.x, x.y, x.w, x.h) for x in d.boxes.values()]
+    at = (a[0] + b[0]) / 2, (a[1] + b[1]) / 2
+    for t in (0.5, 0.35, 0.65, 0.25, 0.75, 0.42, 0.58):
+        at = a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t
+        rect = _label_box(e, at)
+        if not any(_overlaps(rect, r) for r in [*d.labels, *rects]):
+            break
+    return at
+
+
+def _view(d: Drawing) -> tuple[float, float, float, float]:
+    xs: list[float] = []
+    ys: list[float] = []
+    for b in d.boxes.values():
+        xs += [b.x, b.x + b.w]
+        ys += [b.y - (8 if b.count else 0), b.y + b.h]
+    for x, y, w, h in d.labels:
+        xs += [x, x + w]
+        ys += [y, y + h]
+    back = sum(1 for e in d.edges if e.kind == "back")
+    skip = sum(1 for e in d.edges if e.kind == "skip")
+    ys += [min(ys) - (14 + LANE_PX * skip if skip else 0), max(ys) + (14 + LANE_PX * back if back else 0)]
+    if any(e.kind == "self" for e in d.edges):
+        ys.append(min(b.y for b in d.boxes.values()) - 30)
+    xs.append(max(b.x + b.w for b in d.boxes.values()) + 40)
+    pad = 10.0
+    return min(xs) - pad, min(ys) - pad, max(xs) - min(xs) + 2 * pad, max(ys) - min(ys) + 2 * pad
+
+
+def layout(m: Machine[Any], counts: Counts | None = None) -> Drawing:
+    """Boxes, edges and paths of ``m``'s table; ``counts`` (state, status) -> runs go on the boxes."""
+    boxes, edges = _nodes(m, counts or {})
+    for box in boxes.values():
+        _size(box)
+    layers = _layers(boxes, edges)
+    _classify(boxes, edges)
+    d = Drawing(boxes, edges)
+    _place(d, layers)
+    _route(d)
+    d.view = _view(d)
+    return d
+
+
+def draw(
+    m: Machine[Any], counts: Counts | None = None, current: str | None = None, link: Link | None = None
+) -> str:
+    """``m``'s table as one ``<svg>`` element; ``current`` names the state to highlight."""
+    d = layout(m, counts)
+    vx, vy, vw, vh = d.view
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="machine-diagram" role="img" '
+        f'viewBox="{vx:.0f} {vy:.0f} {vw:.0f} {vh:.0f}" width="{vw:.0f}" height="{vh:.0f}" '
+        f'font-family="{escape(FONT)}" font-size="{FONT_PX:g}">',
+        f"<title>{escape(m.name)}: states and transitions</title>",
+        '<defs><marker id="md-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="md-head" fill="#56606b"/></marker></defs>',
+    ]
+    for e in d.edges:
+        dash = ' stroke-dasharray="4 3"' if e.kind == "child" or "cap" in e.label or "timeout" in e.label else ""
+        out.append(
+            f'<path d="{e.path}" class="md-edge {e.kind}" fill="none" stroke="#56606b" stroke-width="1.3"'
+            f'{dash} marker-end="url(#md-arrow)"><title>{escape(_edge_title(d, e))}</title></path>'
+        )
+    for box in d.boxes.values():
+        out.append(_box(box, box.kind == "state" and box.name == current or box.kind == "terminal" and box.name == current, link))
+    for e in d.edges:
+        if e.label:
+            x, y = e.label_at
+            out.append(
+                f'<text class="md-label" x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle" fill="#3b434c" '
+                f'stroke="#fff" stroke-width="4" paint-order="stroke" font-size="11">{escape(e.label)}</text>'
+            )
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _edge_title(d: Drawing, e: Edge) -> str:
+    s, t = d.boxes[e.source], d.boxes[e.target]
+    return f"{s.name or 'start'} → {t.name}" + (f" ({e.label})" if e.label else "")
+
+
+_STROKE = {"completed": "#12795a", "failed": "#b42318", "cancelled": "#67707a"}
+
+
+def _box(box: Box, current: bool, link: Link | None) -> str:
+    if box.kind == "start":
+        return f'<circle class="md-start" cx="{box.cx:.1f}" cy="{box.cy:.1f}" r="7" fill="#1d232a"/>'
+    cls = f"md-box {box.kind}" + (f" {box.status}" if box.status else "") + (" current" if current else "")
+    stroke = _STROKE.get(box.status, "#56606b")
+    fill = "#e8effc" if current else "#fff"
+    width = "2.5" if current else "1.3"
+    dash = ' stroke-dasharray="5 3"' if box.kind == "child" else ""
+    parts = [f'<g class="{cls}">']
+    parts.append(f"<title>{escape(_box_title(box))}</title>")
+    parts.append(
+        f'<rect x="{box.x:.1f}" y="{box.y:.1f}" width="{box.w:.1f}" height="{box.h:.1f}" rx="6" '
+        f'fill="{fill}" stroke="{"#2457c5" if current else stroke}" stroke-width="{width}"{dash}/>'
+    )
+    if box.kind == "terminal":
+        parts.append(
+            f'<rect x="{box.x + 3:.1f}" y="{box.y + 3:.1f}" width="{box.w - 6:.1f}" height="{box.h - 6:.1f}" '
+            f'rx="4" fill="none" stroke="{stroke}" stroke-width="1"/>'
+        )
+    y = box.y + PAD_Y + LINE_PX - 4
+    name = f'<text x="{box.x + PAD_X:.1f}" y="{y:.1f}" font-weight="700" fill="#1d232a">{escape(box.name)}</text>'
+    href = link(box.kind if box.kind != "child" else "machine", box.name) if link else None
+    parts.append(f'<a href="{escape(href)}">{name}</a>' if href else name)
+    for line in box.lines:
+        y += LINE_PX
+        parts.append(f'<text x="{box.x + PAD_X:.1f}" y="{y:.1f}" fill="#67707a" font-size="11">{escape(line)}</text>')
+    if box.count:
+        text = str(box.count)
+        w = BADGE_PX + _text_w(text) - 8
+        bx = box.x + box.w - PAD_X + 4 - w
+        parts.append(
+            f'<g class="md-count"><rect x="{bx:.1f}" y="{box.y + 5:.1f}" width="{w:.1f}" height="18" rx="9" fill="#2457c5"/>'
+            f'<text x="{bx + w / 2:.1f}" y="{box.y + 18:.1f}" text-anchor="middle" fill="#fff" font-size="11" '
+            f'font-weight="700">{text}</text></g>'
+        )
+    parts.append("</g>")
+    return "".join(parts)
+
+
+def _box_title(box: Box) -> str:
+    kind = {"state": "state", "terminal": f"terminal ({box.status})", "child": "child machine"}[box.kind]
+    runs = f": {box.count} run(s) here ({box.detail})" if box.count else ""
+    return f"{kind} {box.name}{runs}"
+
+
+def counts_by_state(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Runs per state, every status together."""
+    out: dict[str, int] = {}
+    for (state, _), n in counts.items():
+        out[state] = out.get(state, 0) + n
+    return out
