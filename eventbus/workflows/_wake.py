@@ -61,6 +61,12 @@ def wake_cause(m: Machine[Any], reason: str, attempt: int, facts: WorkflowFacts)
     """The cause stored for a visit run by the step ``reason`` at delivery ``attempt``."""
     if attempt > 1:
         return f"retry:delivery attempt {attempt}"
+    if reason in ("tick", "approval-timeout"):
+        # A signal, a decision or a child's end pulls the waiting tick forward (the step
+        # of one instance keeps FIFO order), and the tick then runs for it.
+        early = _early(m, facts)
+        if early is not None:
+            return early
     if reason in _FIXED:
         return _FIXED[reason]
     kind, _, detail = reason.partition("-")
@@ -74,13 +80,33 @@ def wake_cause(m: Machine[Any], reason: str, attempt: int, facts: WorkflowFacts)
         return _approval(facts, detail)
     if reason == "children":
         ended = [c for c in facts.children if c.ended_at is not None]
-        last = max(ended, key=lambda c: c.ended_at.timestamp() if c.ended_at else 0.0, default=None)
-        return "children" if last is None else f"children:{last.machine}/{last.key} {last.status}"
+        return _child(ended) if ended else "children"
     if kind == "sweep":
         return "sweep"
     if kind.startswith("retry") and kind[5:].isdigit():  # a compensation tried again after its backoff
         return f"retry:compensation attempt {int(kind[5:]) + 1}"
     return reason
+
+
+def _early(m: Machine[Any], facts: WorkflowFacts) -> str | None:
+    """What woke a waiting instance before its tick was due: an open signal, a decision, a child's end."""
+    inst = facts.instance
+    state = m.lookup(inst.state)
+    if state is not None and any(s.name in state.wake_on for s in facts.signals):
+        return _signal(facts, lambda s: s.name in state.wake_on)
+    decided = [a for a in facts.approvals
+               if a.state == inst.state and a.consumed_version is None and a.status in ("approved", "denied")]  # fmt: skip
+    if decided:
+        return f"{decided[-1].status}:{decided[-1].decided_by}"
+    ended = [c for c in facts.children if c.ended_at is not None and c.ended_at >= inst.state_entered_at]
+    if ended:
+        return _child(ended)
+    return None
+
+
+def _child(ended: list[Any]) -> str:
+    last = sorted(ended, key=lambda c: c.ended_at)[-1]
+    return f"children:{last.machine}/{last.key} {last.status}"
 
 
 def _signal(facts: WorkflowFacts, match: Any) -> str:
