@@ -88,7 +88,7 @@ def timeline_svg(run: Sequence[Visit]) -> str:
     x = 10.0
     top, bar_h = 40.0, 22.0
     for i, v in enumerate(run):
-        if i > 0:
+        if v.wake.text:  # the wait before each visit and its cause (the first: the run's start)
             cause, wait = v.wake.text, duration(v.waited_seconds)
             gap = max(_scale(v.waited_seconds or 0.0, 24.0), _w(cause) + 16, _w(wait) + 16)
             mid, y = x + gap / 2, top + bar_h / 2
