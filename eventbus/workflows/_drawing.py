@@ -228,39 +228,71 @@ def _label_box(e: Edge, at: tuple[float, float]) -> tuple[float, float, float, f
 
 def _route(d: Drawing) -> None:
     boxes = d.boxes
-    top = min(b.y for b in boxes.values())
+    top = min(b.y for b in boxes.values()) - (34 if any(e.kind == "self" for e in d.edges) else 0)
     bottom = max(b.y + b.h for b in boxes.values())
     lanes = {"skip": 0, "back": 0}
+    ports: dict[tuple[str, str], int] = {}
     for e in d.edges:
         s, t = boxes[e.source], boxes[e.target]
         if e.kind in ("forward", "child"):
             (x1, y1), (x2, y2) = _border(s, t.cx, t.cy), _border(t, s.cx, s.cy)
             e.path = f"M{x1:.1f},{y1:.1f} L{x2:.1f},{y2:.1f}"
             e.label_at = _slide(d, e, (x1, y1), (x2, y2))
-        elif e.kind == "self":
-            x0, y0 = s.x + s.w - 14, s.y
-            e.path = f"M{x0:.1f},{y0:.1f} C{x0:.1f},{y0 - 30:.1f} {s.x + s.w + 30:.1f},{s.y + 12:.1f} {s.x + s.w:.1f},{s.y + 12:.1f}"
-            e.label_at = (s.x + s.w + 8 + _text_w(e.label) / 2, s.y - 16)
-        elif e.kind == "same":
+        elif e.kind == "self":  # a loop over the top of the box, its label above it
+            x0, y0 = s.cx, s.y
+            e.path = f"M{x0 - 8:.1f},{y0:.1f} C{x0 - 22:.1f},{y0 - 30:.1f} {x0 + 22:.1f},{y0 - 30:.1f} {x0 + 8:.1f},{y0:.1f}"
+            e.label_at = _slide(d, e, (x0, y0 - 30), (x0 + 1, y0 - 30))
+        elif e.kind == "same":  # out of the right side and back in, bending into the gap
             x0 = s.x + s.w
             bend = max(s.x + s.w, t.x + t.w) + 36
             e.path = f"M{x0:.1f},{s.cy:.1f} C{bend:.1f},{s.cy:.1f} {bend:.1f},{t.cy:.1f} {t.x + t.w:.1f},{t.cy:.1f}"
-            e.label_at = (bend - 6 + _text_w(e.label) / 2, (s.cy + t.cy) / 2)
+            x = bend - 6 + _text_w(e.label) / 2
+            e.label_at = _slide(d, e, (x, s.cy), (x, t.cy))
+        elif e.kind == "skip" and _clear(d, e):
+            (x1, y1), (x2, y2) = _border(s, t.cx, t.cy), _border(t, s.cx, s.cy)
+            e.path = f"M{x1:.1f},{y1:.1f} L{x2:.1f},{y2:.1f}"
+            e.label_at = _slide(d, e, (x1, y1), (x2, y2))
         else:
             lanes[e.kind] += 1
-            n = lanes[e.kind]
-            lane = top - 14 - LANE_PX * n if e.kind == "skip" else bottom + 14 + LANE_PX * n
-            x0 = d.right[s.layer] + 8 + 5 * n  # down (or up) in the gap after the source's column
-            x1 = d.left[t.layer] - 8 - 5 * n  # and back in the gap before the target's
-            y0, y1 = s.cy + 4, t.cy + 4
-            e.path = (
-                f"M{s.x + s.w:.1f},{y0:.1f} L{x0:.1f},{y0:.1f} L{x0:.1f},{lane:.1f} "
-                f"L{x1:.1f},{lane:.1f} L{x1:.1f},{y1:.1f} L{t.x:.1f},{y1:.1f}"
-            )
-            x0, x1 = sorted((x0, x1))
-            e.label_at = _slide(d, e, (x0, lane), (x1, lane))
+            lane = top - 14 - LANE_PX * lanes[e.kind] if e.kind == "skip" else bottom + 14 + LANE_PX * lanes[e.kind]
+            points = [*_leave(d, s, lane, ports), *reversed(_leave(d, t, lane, ports, entering=True))]
+            e.path = "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in points)
+            xs = sorted(x for x, y in points if y == lane)
+            e.label_at = _slide(d, e, (xs[0], lane), (xs[-1], lane))
         if e.label:
             d.labels.append(_label_box(e, e.label_at))
+
+
+def _leave(
+    d: Drawing, box: Box, lane: float, ports: dict[tuple[str, str], int], entering: bool = False
+) -> list[tuple[float, float]]:
+    """The points from ``box`` to a lane: straight up or down when nothing in its column is in the
+    way, else out of its side into the gap beside its column first (the right side to leave, the
+    left to enter). Each use of a side or end takes the next port, so lines never share one."""
+    up = lane < box.y
+    column = [b for b in d.boxes.values() if b.layer == box.layer and b is not box]
+    free = all(b.y > box.y for b in column) if up else all(b.y < box.y for b in column)
+    if free:
+        k = ports[(box.id, "end")] = ports.get((box.id, "end"), 0) + 1
+        x = box.cx + (-1 if entering else 1) * (8 * k - 4)
+        edge = box.y if up else box.y + box.h
+        return [(x, edge), (x, lane)]
+    k = ports[(box.id, "side")] = ports.get((box.id, "side"), 0) + 1
+    y = box.cy + (7 if k % 2 else -7) * ((k + 1) // 2)
+    side = box.x if entering else box.x + box.w
+    gap = d.left[box.layer] - 6 - 5 * k if entering else d.right[box.layer] + 6 + 5 * k
+    return [(side, y), (gap, y), (gap, lane)]
+
+
+def _clear(d: Drawing, e: Edge) -> bool:
+    """Whether the straight line of ``e`` misses every other box (by 6 px) and every label."""
+    s, t = d.boxes[e.source], d.boxes[e.target]
+    others = [(b.x - 6, b.y - 6, b.w + 12, b.h + 12) for b in d.boxes.values() if b is not s and b is not t]
+    for i in range(1, 40):
+        x, y = s.cx + (t.cx - s.cx) * i / 40, s.cy + (t.cy - s.cy) * i / 40
+        if any(r[0] <= x <= r[0] + r[2] and r[1] <= y <= r[1] + r[3] for r in [*others, *d.labels]):
+            return False
+    return True
 
 
 def _slide(d: Drawing, e: Edge, a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
