@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -13,11 +14,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..types import ChainEvent, DeliveryFilter, DeliveryRow, StatusReport, trace_id_of
-from ..workflows import Machine, diagram
+from ..workflows import Instance, Machine, diagram
 from ..workflows._drawing import draw
 from . import _filters as f
 from ._render import STALE_WORKER_SECONDS, Pages, capped, pretty_json
-from ._timeline import timeline_svg, visits
+from ._timeline import Visit, timeline_svg, visits
 
 __all__ = ["routes"]
 
@@ -108,7 +109,7 @@ def machine_routes(p: Pages) -> list[Route]:
             checkpoint=pretty_json(msgspec.json.encode(inst.checkpoint)),
             history=history, approvals=await p.bus.workflows.approvals(m, key),
             signals=await p.bus.workflows.signals(m, key), states=sorted([*m.states, *m.terminals]),
-            run=run, timeline=Markup(timeline_svg(run)), drawing=Markup(drawing),
+            run=run, timeline=Markup(timeline_svg(run, _present(inst, run))), drawing=Markup(drawing),
         )  # fmt: skip
 
     return [
@@ -116,6 +117,13 @@ def machine_routes(p: Pages) -> list[Route]:
         Route("/machines/{name}", machine),
         Route("/machines/{name}/instances/{key:path}", instance),
     ]
+
+
+def _present(inst: Instance[Any], run: list[Visit]) -> tuple[str, float] | None:
+    """A live run's present wait: its status and the seconds since its last row (by this process's clock)."""
+    if inst.status in ("completed", "failed", "cancelled") or not run:
+        return None
+    return inst.status, max(0.0, (datetime.now(UTC) - run[-1].row.at).total_seconds())
 
 
 def _links(request: Request, m: Machine[Any]) -> Any:

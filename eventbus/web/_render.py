@@ -7,8 +7,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import jinja2
-
-from ._timeline import duration
 import orjson
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -16,6 +14,7 @@ from starlette.responses import HTMLResponse
 from ..bus import Bus
 from ..triage import DEFAULT_SAMPLE
 from ._guard import Guard
+from ._timeline import duration
 
 __all__ = ["FLASHES", "STALE_WORKER_SECONDS", "Pages", "capped", "flash_message", "pretty_json"]
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from html import escape
 
 from ..types import WorkflowHistoryRow
+from ..workflows._drawing import element, text
 from ..workflows._wake import Wake, describe_wake
 
 __all__ = ["Visit", "duration", "timeline_svg", "visits"]
@@ -80,51 +81,63 @@ def _w(text: str) -> float:
     return len(text) * CHAR_PX
 
 
-def timeline_svg(run: Sequence[Visit]) -> str:
-    """The run as bars (visits) and gaps (waits) left to right; empty when the run has no row yet."""
+def timeline_svg(run: Sequence[Visit], now: tuple[str, float] | None = None) -> str:
+    """The run as bars (visits) and gaps (waits) left to right; empty when the run has no row yet.
+
+    ``now`` = (status, seconds since the last row) ends a live run's line with its present wait.
+    """
     if not run:
         return ""
     parts: list[str] = []
     x = 10.0
-    top, bar_h = 40.0, 22.0
-    for i, v in enumerate(run):
-        if v.wake.text:  # the wait before each visit and its cause (the first: the run's start)
-            cause, wait = v.wake.text, duration(v.waited_seconds)
-            gap = max(_scale(v.waited_seconds or 0.0, 24.0), _w(cause) + 16, _w(wait) + 16)
-            mid, y = x + gap / 2, top + bar_h / 2
-            parts.append(
-                f'<g class="tl-wait {escape(v.wake.kind)}"><title>waited {escape(wait)}; woken by {escape(cause)}</title>'
-                f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{x + gap - 3:.1f}" y2="{y:.1f}" stroke="#9aa3ad" '
-                f'stroke-dasharray="3 3"/>'
-                f'<text x="{mid:.1f}" y="{y - 6:.1f}" text-anchor="middle" fill="#2457c5">{escape(cause)}</text>'
-                f'<text x="{mid:.1f}" y="{y + 15:.1f}" text-anchor="middle" fill="#67707a">{escape(wait)}</text></g>'
-            )
-            x += gap
-        name, ran = v.row.state, duration(v.ran_seconds)
-        width = max(_scale(v.ran_seconds, 10.0), 14.0)
-        colour = OPERATOR if v.operator else COLOURS.get(v.row.outcome, "#2457c5")
-        label_w = max(_w(name), _w(ran), _w(v.row.outcome))
-        centre = x + max(width, label_w) / 2
+    for v in run:  # the wait before each visit and its cause (before the first: the run's start)
+        cause, wait = v.wake.text, duration(v.waited_seconds)
+        gap = max(_scale(v.waited_seconds or 0.0, 24.0), _w(cause) + 16, _w(wait) + 16)
+        title = element("title", escape(f"waited {wait or '—'}; woken by {cause}"))
         parts.append(
-            f'<g class="tl-visit {escape(v.row.outcome)}"><title>{escape(_visit_title(v))}</title>'
-            f'<text x="{centre:.1f}" y="{top - 8:.1f}" text-anchor="middle" font-weight="700" fill="#1d232a">'
-            f"{escape(name)}</text>"
-            f'<rect x="{centre - width / 2:.1f}" y="{top:.1f}" width="{width:.1f}" height="{bar_h:.1f}" rx="3" '
-            f'fill="{colour}"/>'
-            f'<text x="{centre:.1f}" y="{top + bar_h + 14:.1f}" text-anchor="middle" fill="#1d232a">'
-            f"{escape(v.row.outcome)}</text>"
-            f'<text x="{centre:.1f}" y="{top + bar_h + 28:.1f}" text-anchor="middle" fill="#67707a">'
-            f"{escape(ran)}</text></g>"
+            element("g", title + _gap(x, gap, cause, wait, "#2457c5"), class_=f"tl-wait {v.wake.kind}")
         )
-        x += max(width, label_w)
-    width, height = x + 10, top + bar_h + 38
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="run-timeline" role="img" viewBox="0 0 {width:.0f} '
-        f'{height:.0f}" width="{width:.0f}" height="{height:.0f}" font-family="{escape(FONT)}" font-size="11">'
-        f"<title>the run's visits in order, with the waits between them and what woke each</title>"
-        + "".join(parts)
-        + "</svg>"
-    )
+        x += gap
+        x += _bar(parts, x, v)
+    if now is not None:
+        label, wait = f"now: {now[0]}", f"{duration(now[1])} so far"
+        gap = max(_w(label), _w(wait)) + 24
+        parts.append(element("g", _gap(x, gap, label, wait, "#a15c00"), class_="tl-now"))
+        x += gap
+    width, height = x + 10, TOP + BAR_H + 38
+    return element(
+        "svg", element("title", "the run's visits in order, the waits between them and what woke each")
+        + "".join(parts), xmlns="http://www.w3.org/2000/svg", class_="run-timeline", role="img",
+        viewBox=f"0 0 {width:.0f} {height:.0f}", width=f"{width:.0f}", height=f"{height:.0f}",
+        font_family=FONT, font_size="11",
+    )  # fmt: skip
+
+
+TOP, BAR_H = 40.0, 22.0
+
+
+def _gap(x: float, gap: float, label: str, wait: str, colour: str) -> str:
+    """A dashed wait of ``gap`` px from ``x``, its cause above the line and its length below."""
+    mid, y = x + gap / 2, TOP + BAR_H / 2
+    out = element("line", x1=x, y1=y, x2=x + gap - 3, y2=y, stroke="#9aa3ad", stroke_dasharray="3 3")
+    out += text(label, x=mid, y=y - 6, text_anchor="middle", fill=colour)
+    return out + (text(wait, x=mid, y=y + 15, text_anchor="middle", fill="#67707a") if wait else "")
+
+
+def _bar(parts: list[str], x: float, v: Visit) -> float:
+    """Append the bar of one visit at ``x`` with its state, outcome and duration; the width it took."""
+    name, ran = v.row.state, duration(v.ran_seconds)
+    width = max(_scale(v.ran_seconds, 10.0), 14.0)
+    colour = OPERATOR if v.operator else COLOURS.get(v.row.outcome, "#2457c5")
+    taken = max(width, _w(name), _w(ran), _w(v.row.outcome))
+    centre = x + taken / 2
+    body = element("title", escape(_visit_title(v)))
+    body += text(name, x=centre, y=TOP - 8, text_anchor="middle", font_weight="700", fill="#1d232a")
+    body += element("rect", x=centre - width / 2, y=TOP, width=width, height=BAR_H, rx="3", fill=colour)
+    body += text(v.row.outcome, x=centre, y=TOP + BAR_H + 14, text_anchor="middle", fill="#1d232a")
+    body += text(ran, x=centre, y=TOP + BAR_H + 28, text_anchor="middle", fill="#67707a")
+    parts.append(element("g", body, class_=f"tl-visit {v.row.outcome}"))
+    return taken
 
 
 def _visit_title(v: Visit) -> str:

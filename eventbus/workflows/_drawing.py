@@ -17,7 +17,7 @@ machine name never reaches the markup as markup.
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from typing import Any
@@ -25,7 +25,7 @@ from typing import Any
 from ._diagram import Counts, _child_edges, _edges, _notes, _terminals
 from ._machine import Machine
 
-__all__ = ["Box", "Drawing", "Edge", "draw", "layout"]
+__all__ = ["Box", "Drawing", "Edge", "draw", "element", "layout", "text"]
 
 FONT_PX = 12.0
 CHAR_PX = FONT_PX * 0.6
@@ -111,12 +111,15 @@ def _nodes(m: Machine[Any], counts: Counts) -> tuple[dict[str, Box], list[Edge]]
     merged: dict[tuple[str, str], list[str]] = {}
     for source, target, label in table:
         merged.setdefault(("s:" + source, "s:" + target), []).append(label)
-    edges += [Edge(s, t, ", ".join(labels)) for (s, t), labels in merged.items() if t in boxes]
+    # One arrow per pair of states, its labels joined without spaces (a label's halo covers its glyphs only).
+    edges += [
+        Edge(s, t, "/".join(labels).replace(", ", "/")) for (s, t), labels in merged.items() if t in boxes
+    ]
     for source, child in _child_edges(m):
         boxes.setdefault("m:" + child, Box("m:" + child, "child", child, ["child machine"]))
         edges.append(Edge("s:" + source, "m:" + child, "starts, waits", kind="child"))
-    for (state, status), n in counts.items():
-        box = boxes.get("s:" + state)
+    for (name, status), n in counts.items():
+        box = boxes.get("s:" + name)
         if box is not None and n:
             box.count += n
             box.detail = ", ".join(filter(None, [box.detail, f"{n} {status}"]))
@@ -159,18 +162,19 @@ def _layers(boxes: dict[str, Box], edges: list[Edge]) -> list[list[str]]:
 
 
 def _order(layers: list[list[str]], edges: list[Edge]) -> list[list[str]]:
-    """Each column sorted by the mean row of the boxes leading into it (fewer crossings)."""
+    """Each column sorted by the mean row of the boxes leading into it (fewer crossings), twice."""
+    col = {b: c for c, layer in enumerate(layers) for b in layer}
     for _ in range(2):
         row = {b: i for layer in layers for i, b in enumerate(layer)}
-        col = {b: c for c, layer in enumerate(layers) for b in layer}
         for c in range(1, len(layers)):
-            def weight(b: str, c: int = c) -> float:
-                sources = [row[e.source] for e in edges if e.target == b and col[e.source] < c]
-                return sum(sources) / len(sources) if sources else row[b]
-
-            layers[c] = sorted(layers[c], key=weight)
+            layers[c] = sorted(layers[c], key=lambda b: _mean_source(b, edges, row, col))
             row.update({b: i for i, b in enumerate(layers[c])})
     return layers
+
+
+def _mean_source(box: str, edges: list[Edge], row: dict[str, int], col: dict[str, int]) -> float:
+    sources = [row[e.source] for e in edges if e.target == box and col[e.source] < col[box]]
+    return sum(sources) / len(sources) if sources else row[box]
 
 
 def _classify(boxes: dict[str, Box], edges: list[Edge]) -> None:
@@ -202,10 +206,18 @@ def _place(d: Drawing, layers: list[list[str]]) -> None:
             box = boxes[b]
             box.x, box.y = x + (width - box.w) / 2, y
             y += box.h + GAP_Y
-        labels = [_text_w(e.label) for e in edges if boxes[e.source].layer == i and e.kind in ("forward", "child")]
+        labels = [
+            _text_w(e.label) for e in edges if boxes[e.source].layer == i and e.kind in ("forward", "child")
+        ]
         loops = [_text_w(e.label) for e in edges if boxes[e.source].layer == i and e.kind in ("self", "same")]
-        lanes = sum(1 for e in edges if e.kind in ("skip", "back") and i in (boxes[e.source].layer, boxes[e.target].layer - 1))
-        x += width + max([MIN_GAP_X + 10 * lanes, *(w + 28 + 10 * lanes for w in labels), *(w + 30 for w in loops)])
+        lanes = sum(
+            1
+            for e in edges
+            if e.kind in ("skip", "back") and i in (boxes[e.source].layer, boxes[e.target].layer - 1)
+        )
+        x += width + max(
+            [MIN_GAP_X + 10 * lanes, *(w + 28 + 10 * lanes for w in labels), *(w + 30 for w in loops)]
+        )
 
 
 def _border(box: Box, tx: float, ty: float) -> tuple[float, float]:
@@ -240,12 +252,18 @@ def _route(d: Drawing) -> None:
             e.label_at = _slide(d, e, (x1, y1), (x2, y2))
         elif e.kind == "self":  # a loop over the top of the box, its label above it
             x0, y0 = s.cx, s.y
-            e.path = f"M{x0 - 8:.1f},{y0:.1f} C{x0 - 22:.1f},{y0 - 30:.1f} {x0 + 22:.1f},{y0 - 30:.1f} {x0 + 8:.1f},{y0:.1f}"
+            e.path = (
+                f"M{x0 - 8:.1f},{y0:.1f} C{x0 - 22:.1f},{y0 - 30:.1f} {x0 + 22:.1f},{y0 - 30:.1f} "
+                f"{x0 + 8:.1f},{y0:.1f}"
+            )
             e.label_at = _slide(d, e, (x0, y0 - 30), (x0 + 1, y0 - 30))
         elif e.kind == "same":  # out of the right side and back in, bending into the gap
             x0 = s.x + s.w
             bend = max(s.x + s.w, t.x + t.w) + 36
-            e.path = f"M{x0:.1f},{s.cy:.1f} C{bend:.1f},{s.cy:.1f} {bend:.1f},{t.cy:.1f} {t.x + t.w:.1f},{t.cy:.1f}"
+            e.path = (
+                f"M{x0:.1f},{s.cy:.1f} C{bend:.1f},{s.cy:.1f} {bend:.1f},{t.cy:.1f} "
+                f"{t.x + t.w:.1f},{t.cy:.1f}"
+            )
             x = bend - 6 + _text_w(e.label) / 2
             e.label_at = _slide(d, e, (x, s.cy), (x, t.cy))
         elif e.kind == "skip" and _clear(d, e):
@@ -254,7 +272,11 @@ def _route(d: Drawing) -> None:
             e.label_at = _slide(d, e, (x1, y1), (x2, y2))
         else:
             lanes[e.kind] += 1
-            lane = top - 14 - LANE_PX * lanes[e.kind] if e.kind == "skip" else bottom + 14 + LANE_PX * lanes[e.kind]
+            lane = (
+                top - 14 - LANE_PX * lanes[e.kind]
+                if e.kind == "skip"
+                else bottom + 14 + LANE_PX * lanes[e.kind]
+            )
             points = [*_leave(d, s, lane, ports), *reversed(_leave(d, t, lane, ports, entering=True))]
             e.path = "M" + " L".join(f"{x:.1f},{y:.1f}" for x, y in points)
             xs = sorted(x for x, y in points if y == lane)
@@ -342,37 +364,59 @@ def layout(m: Machine[Any], counts: Counts | None = None) -> Drawing:
     return d
 
 
+def element(tag: str, body: str = "", /, **attrs: object) -> str:
+    """One SVG element: attributes escaped (``_`` in a name is ``-``), numbers to 0.1 px.
+
+    ``body`` is markup, as given: text in it is escaped by the caller (see :func:`text`).
+    """
+    parts = [tag]
+    for name, value in attrs.items():
+        if value is None:
+            continue
+        text = f"{value:.1f}" if isinstance(value, float) else str(value)
+        parts.append(f'{name.rstrip("_").replace("_", "-")}="{escape(text)}"')
+    return f"<{' '.join(parts)}>{body}</{tag}>"
+
+
+def text(body: str, /, **attrs: object) -> str:
+    """A ``<text>`` element; ``body`` is escaped."""
+    return element("text", escape(body), **attrs)
+
+
+ARROW = (
+    '<defs><marker id="md-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+    'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="md-head" fill="#56606b"/>'
+    "</marker></defs>"
+)
+
+
 def draw(
     m: Machine[Any], counts: Counts | None = None, current: str | None = None, link: Link | None = None
 ) -> str:
-    """``m``'s table as one ``<svg>`` element; ``current`` names the state to highlight."""
+    """``m``'s table as one ``<svg>`` element; ``current`` names the state (or terminal) to highlight."""
     d = layout(m, counts)
     vx, vy, vw, vh = d.view
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="machine-diagram" role="img" '
-        f'viewBox="{vx:.0f} {vy:.0f} {vw:.0f} {vh:.0f}" width="{vw:.0f}" height="{vh:.0f}" '
-        f'font-family="{escape(FONT)}" font-size="{FONT_PX:g}">',
-        f"<title>{escape(m.name)}: states and transitions</title>",
-        '<defs><marker id="md-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-        'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" class="md-head" fill="#56606b"/></marker></defs>',
-    ]
+    out = [element("title", escape(f"{m.name}: states and transitions")), ARROW]
     for e in d.edges:
-        dash = ' stroke-dasharray="4 3"' if e.kind == "child" or "cap" in e.label or "timeout" in e.label else ""
-        out.append(
-            f'<path d="{e.path}" class="md-edge {e.kind}" fill="none" stroke="#56606b" stroke-width="1.3"'
-            f'{dash} marker-end="url(#md-arrow)"><title>{escape(_edge_title(d, e))}</title></path>'
-        )
-    for box in d.boxes.values():
-        out.append(_box(box, box.kind == "state" and box.name == current or box.kind == "terminal" and box.name == current, link))
+        dashed = e.kind == "child" or "cap" in e.label or "timeout" in e.label
+        out.append(element(
+            "path", element("title", escape(_edge_title(d, e))), d=e.path, class_=f"md-edge {e.kind}",
+            fill="none", stroke="#56606b", stroke_width="1.3", stroke_dasharray="4 3" if dashed else None,
+            marker_end="url(#md-arrow)",
+        ))  # fmt: skip
+    out += [_box(box, box.kind != "start" and box.name == current, link) for box in d.boxes.values()]
     for e in d.edges:
         if e.label:
             x, y = e.label_at
-            out.append(
-                f'<text class="md-label" x="{x:.1f}" y="{y + 4:.1f}" text-anchor="middle" fill="#3b434c" '
-                f'stroke="#fff" stroke-width="4" paint-order="stroke" font-size="11">{escape(e.label)}</text>'
-            )
-    out.append("</svg>")
-    return "\n".join(out)
+            out.append(text(
+                e.label, class_="md-label", x=x, y=y + 4, text_anchor="middle", fill="#3b434c", stroke="#fff",
+                stroke_width="4", paint_order="stroke", font_size="11",
+            ))  # fmt: skip
+    return element(
+        "svg", "\n".join(out), xmlns="http://www.w3.org/2000/svg", class_="machine-diagram", role="img",
+        viewBox=f"{vx:.0f} {vy:.0f} {vw:.0f} {vh:.0f}", width=f"{vw:.0f}", height=f"{vh:.0f}",
+        font_family=FONT, font_size=f"{FONT_PX:g}",
+    )  # fmt: skip
 
 
 def _edge_title(d: Drawing, e: Edge) -> str:
@@ -385,52 +429,38 @@ _STROKE = {"completed": "#12795a", "failed": "#b42318", "cancelled": "#67707a"}
 
 def _box(box: Box, current: bool, link: Link | None) -> str:
     if box.kind == "start":
-        return f'<circle class="md-start" cx="{box.cx:.1f}" cy="{box.cy:.1f}" r="7" fill="#1d232a"/>'
+        return element("circle", class_="md-start", cx=box.cx, cy=box.cy, r="7", fill="#1d232a")
     cls = f"md-box {box.kind}" + (f" {box.status}" if box.status else "") + (" current" if current else "")
     stroke = _STROKE.get(box.status, "#56606b")
-    fill = "#e8effc" if current else "#fff"
-    width = "2.5" if current else "1.3"
-    dash = ' stroke-dasharray="5 3"' if box.kind == "child" else ""
-    parts = [f'<g class="{cls}">']
-    parts.append(f"<title>{escape(_box_title(box))}</title>")
-    parts.append(
-        f'<rect x="{box.x:.1f}" y="{box.y:.1f}" width="{box.w:.1f}" height="{box.h:.1f}" rx="6" '
-        f'fill="{fill}" stroke="{"#2457c5" if current else stroke}" stroke-width="{width}"{dash}/>'
-    )
+    parts = [element("title", escape(_box_title(box)))]
+    parts.append(element(
+        "rect", x=box.x, y=box.y, width=box.w, height=box.h, rx="6", fill="#e8effc" if current else "#fff",
+        stroke="#2457c5" if current else stroke, stroke_width="2.5" if current else "1.3",
+        stroke_dasharray="5 3" if box.kind == "child" else None,
+    ))  # fmt: skip
     if box.kind == "terminal":
-        parts.append(
-            f'<rect x="{box.x + 3:.1f}" y="{box.y + 3:.1f}" width="{box.w - 6:.1f}" height="{box.h - 6:.1f}" '
-            f'rx="4" fill="none" stroke="{stroke}" stroke-width="1"/>'
-        )
+        parts.append(element(
+            "rect", x=box.x + 3, y=box.y + 3, width=box.w - 6, height=box.h - 6, rx="4", fill="none",
+            stroke=stroke, stroke_width="1",
+        ))  # fmt: skip
     y = box.y + PAD_Y + LINE_PX - 4
-    name = f'<text x="{box.x + PAD_X:.1f}" y="{y:.1f}" font-weight="700" fill="#1d232a">{escape(box.name)}</text>'
-    href = link(box.kind if box.kind != "child" else "machine", box.name) if link else None
-    parts.append(f'<a href="{escape(href)}">{name}</a>' if href else name)
+    name = text(box.name, x=box.x + PAD_X, y=y, font_weight="700", fill="#1d232a")
+    href = link("machine" if box.kind == "child" else box.kind, box.name) if link else None
+    parts.append(element("a", name, href=href) if href else name)
     for line in box.lines:
         y += LINE_PX
-        parts.append(f'<text x="{box.x + PAD_X:.1f}" y="{y:.1f}" fill="#67707a" font-size="11">{escape(line)}</text>')
+        parts.append(text(line, x=box.x + PAD_X, y=y, fill="#67707a", font_size="11"))
     if box.count:
-        text = str(box.count)
-        w = BADGE_PX + _text_w(text) - 8
+        w = BADGE_PX + _text_w(str(box.count)) - 8
         bx = box.x + box.w - PAD_X + 4 - w
-        parts.append(
-            f'<g class="md-count"><rect x="{bx:.1f}" y="{box.y + 5:.1f}" width="{w:.1f}" height="18" rx="9" fill="#2457c5"/>'
-            f'<text x="{bx + w / 2:.1f}" y="{box.y + 18:.1f}" text-anchor="middle" fill="#fff" font-size="11" '
-            f'font-weight="700">{text}</text></g>'
-        )
-    parts.append("</g>")
-    return "".join(parts)
+        badge = element("rect", x=bx, y=box.y + 5, width=w, height="18", rx="9", fill="#2457c5")
+        badge += text(str(box.count), x=bx + w / 2, y=box.y + 18, text_anchor="middle", fill="#fff",
+                      font_size="11", font_weight="700")  # fmt: skip
+        parts.append(element("g", badge, class_="md-count"))
+    return element("g", "".join(parts), class_=cls)
 
 
 def _box_title(box: Box) -> str:
     kind = {"state": "state", "terminal": f"terminal ({box.status})", "child": "child machine"}[box.kind]
     runs = f": {box.count} run(s) here ({box.detail})" if box.count else ""
     return f"{kind} {box.name}{runs}"
-
-
-def counts_by_state(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
-    """Runs per state, every status together."""
-    out: dict[str, int] = {}
-    for (state, _), n in counts.items():
-        out[state] = out.get(state, 0) + n
-    return out

@@ -94,8 +94,8 @@ def _early(m: Machine[Any], facts: WorkflowFacts) -> str | None:
     state = m.lookup(inst.state)
     if state is not None and any(s.name in state.wake_on for s in facts.signals):
         return _signal(facts, lambda s: s.name in state.wake_on)
-    decided = [a for a in facts.approvals
-               if a.state == inst.state and a.consumed_version is None and a.status in ("approved", "denied")]  # fmt: skip
+    open_ = [a for a in facts.approvals if a.state == inst.state and a.consumed_version is None]
+    decided = [a for a in open_ if a.status in ("approved", "denied")]
     if decided:
         return f"{decided[-1].status}:{decided[-1].decided_by}"
     ended = [c for c in facts.children if c.ended_at is not None and c.ended_at >= inst.state_entered_at]

@@ -103,8 +103,8 @@ def test_names_and_labels_are_escaped() -> None:
 
 
 def test_counts_and_the_current_state() -> None:
-    svg = draw(retrain, counts={("POLL_JOB", "waiting"): 5, ("POLL_JOB", "running"): 2, ("DONE", "completed"): 9},
-               current="POLL_JOB")  # fmt: skip
+    counts = {("POLL_JOB", "waiting"): 5, ("POLL_JOB", "running"): 2, ("DONE", "completed"): 9}
+    svg = draw(retrain, counts=counts, current="POLL_JOB")
     root = ET.fromstring(svg)
     groups = {g.get("class"): g for g in root.iter(f"{SVG}g") if "md-box" in (g.get("class") or "")}
     (poll,) = [g for cls, g in groups.items() if "current" in (cls or "")]
@@ -116,13 +116,15 @@ def test_counts_and_the_current_state() -> None:
     assert len(re.findall(r'class="md-box[^"]*current', svg)) == 1
 
 
-def _row(version: int, state: str, started: float, ended: float, woken_by: str | None, **kw: object) -> WorkflowHistoryRow:
+def _row(
+    version: int, state: str, started: float, ended: float, woken_by: str | None, **kw: object
+) -> WorkflowHistoryRow:
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     fields: dict[str, object] = {
         "run_id": 1, "version": version, "state": state, "visit": 1, "outcome": "ok", "next_state": "X",
         "yielded": False, "error_code": None, "error": None, "actor": "worker:h:1", "reason": None,
-        "delivery_id": None, "started_at": t0 + timedelta(seconds=started), "at": t0 + timedelta(seconds=ended),
-        "woken_by": woken_by,
+        "delivery_id": None, "started_at": t0 + timedelta(seconds=started),
+        "at": t0 + timedelta(seconds=ended), "woken_by": woken_by,
     }  # fmt: skip
     fields.update(kw)
     return WorkflowHistoryRow(**fields)  # type: ignore[arg-type]
@@ -157,6 +159,9 @@ def test_durations_and_unknown_causes() -> None:
         "4 ms", "2.5 s", "3 min 20 s", "5 h 2 min", "2 d 4 h",
     ]  # fmt: skip
     assert describe_wake(None).kind == "unknown"
-    assert describe_wake("children:thumbnail/a completed").text == "child machine finished: thumbnail/a completed"
+    assert (
+        describe_wake("children:thumbnail/a completed").text
+        == "child machine finished: thumbnail/a completed"
+    )
     assert describe_wake("retry:delivery attempt 2").text == "retry: delivery attempt 2"
     assert describe_wake("something-new").kind == "other"

@@ -248,7 +248,9 @@ class PgWorkflows:
         due = [t for t in moved if t.lease is None and t.step is not None and t.step_delay == 0]
         if due:
             await conn.execute(
-                self.q["wf_hasten"], [f"wf.step.{t.machine}" for t in due], [f"{t.machine}/{t.key}" for t in due]
+                self.q["wf_hasten"],
+                [f"wf.step.{t.machine}" for t in due],
+                [f"{t.machine}/{t.key}" for t in due],
             )
 
     async def commit_on(self, conn: Any, t: WorkflowTransition) -> int | None:

@@ -123,7 +123,10 @@ async def test_history_written_before_the_migration_reads_as_unknown(
     await first.aclose()
     for sqlite, postgres in (
         ("ALTER TABLE wf_history DROP COLUMN woken_by", "ALTER TABLE {s}.wf_history DROP COLUMN woken_by"),
-        ("DELETE FROM schema_migrations WHERE version = 23", "DELETE FROM {s}.schema_migrations WHERE version = 23"),
+        (
+            "DELETE FROM schema_migrations WHERE version = 23",
+            "DELETE FROM {s}.schema_migrations WHERE version = 23",
+        ),
     ):
         await store_rows(target, sqlite, postgres)  # the history as it was stored before migration 0023
     bus = target.bus()

@@ -32,7 +32,9 @@ async def test_machine_page_draws_the_table_with_runs_per_state(ro: httpx.AsyncC
     assert '<details class="diagram-source">' in page.text and "stateDiagram-v2" in page.text
 
 
-async def test_instance_page_shows_the_run_timeline_and_where_it_is(seeded: Bus, ro: httpx.AsyncClient) -> None:
+async def test_instance_page_shows_the_run_timeline_and_where_it_is(
+    seeded: Bus, ro: httpx.AsyncClient
+) -> None:
     page = await ro.get("/machines/pay/instances/c-1")
     (drawing,) = _svgs(page.text, "machine-diagram")
     (current,) = [g for g in drawing.iter(f"{SVG}g") if "current" in (g.get("class") or "")]
@@ -42,7 +44,11 @@ async def test_instance_page_shows_the_run_timeline_and_where_it_is(seeded: Bus,
     await seeded.workflows.approve((await seeded.workflows.approvals(pay, "c-1"))[0].id, by="alice")
     await finish(seeded, pay, ["c-1"])
     page = await ro.get("/machines/pay/instances/c-1")
-    rows = re.findall(r"<tr><td class=\"num\">\d+</td>.*?</tr>", page.text.split('class="timeline-table"')[1].split("</table>")[0], re.S)
+    rows = re.findall(
+        r"<tr><td class=\"num\">\d+</td>.*?</tr>",
+        page.text.split('class="timeline-table"')[1].split("</table>")[0],
+        re.S,
+    )
     cells = [re.sub(r"<[^>]+>", "", r) for r in rows]
     assert len(cells) == 2
     assert "run started" in cells[0] and "approval-requested" in cells[0]
