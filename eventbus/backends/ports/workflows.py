@@ -99,8 +99,8 @@ class WorkflowHistoryEntry(msgspec.Struct, frozen=True):
     started_at: float | None = None
     """Epoch seconds when the visit started; None means the commit time."""
     woken_by: str | None = None
-    """What woke the visit: the reason of the step event that ran it (see
-    :func:`eventbus.workflows.wake_cause`); None for an operator's action."""
+    """What woke the visit, from the reason of the step event that ran it (``signal:NAME``,
+    ``timer``...: the state-machines guide lists them); None for an operator's action."""
 
 
 class WorkflowEffect(msgspec.Struct, frozen=True):
