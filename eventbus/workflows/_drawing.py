@@ -408,10 +408,10 @@ def draw(
     for e in d.edges:
         if e.label:
             x, y = e.label_at
-            out.append(text(
-                e.label, class_="md-label", x=x, y=y + 4, text_anchor="middle", fill="#3b434c", stroke="#fff",
-                stroke_width="4", paint_order="stroke", font_size="11",
-            ))  # fmt: skip
+            bx, by, bw, bh = _label_box(e, e.label_at)
+            back = element("rect", x=bx, y=by + 1, width=bw, height=bh - 2, rx="3", fill="#fff")
+            label = text(e.label, x=x, y=y + 4, text_anchor="middle", fill="#3b434c", font_size="11")
+            out.append(element("g", back + label, class_="md-label"))
     return element(
         "svg", "\n".join(out), xmlns="http://www.w3.org/2000/svg", class_="machine-diagram", role="img",
         viewBox=f"{vx:.0f} {vy:.0f} {vw:.0f} {vh:.0f}", width=f"{vw:.0f}", height=f"{vh:.0f}",
