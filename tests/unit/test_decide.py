@@ -312,8 +312,10 @@ def test_what_woke_a_visit_is_named_from_its_step_and_facts() -> None:
     m = machine()
     go = WorkflowSignalRow(id=12, run_id=1, name="go", dedupe=None, payload=b"{}", created_at=NOW,
                            consumed_version=None)  # fmt: skip
-    child = WorkflowChildRow(machine="kid", key="k-1", run_id=1, started=True, status="failed",
-                             state="FAILED", checkpoint=None, error_code=None, error=None, ended_at=NOW)  # fmt: skip
+    child = WorkflowChildRow(
+        machine="kid", key="k-1", run_id=1, started=True, status="failed", state="FAILED", checkpoint=None,
+        error_code=None, error=None, ended_at=NOW,
+    )  # fmt: skip
     waiting = instance("POLL", "waiting")
     cases = [
         ("start", 1, facts(), "start"),
