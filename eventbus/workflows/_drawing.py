@@ -16,6 +16,7 @@ machine name never reaches the markup as markup.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -331,6 +332,9 @@ def _slide(d: Drawing, e: Edge, a: tuple[float, float], b: tuple[float, float]) 
     return at
 
 
+_POINT = re.compile(r"(-?[0-9.]+),(-?[0-9.]+)")
+
+
 def _view(d: Drawing) -> tuple[float, float, float, float]:
     xs: list[float] = []
     ys: list[float] = []
@@ -340,12 +344,10 @@ def _view(d: Drawing) -> tuple[float, float, float, float]:
     for x, y, w, h in d.labels:
         xs += [x, x + w]
         ys += [y, y + h]
-    back = sum(1 for e in d.edges if e.kind == "back")
-    skip = sum(1 for e in d.edges if e.kind == "skip")
-    ys += [min(ys) - (14 + LANE_PX * skip if skip else 0), max(ys) + (14 + LANE_PX * back if back else 0)]
-    if any(e.kind == "self" for e in d.edges):
-        ys.append(min(b.y for b in d.boxes.values()) - 30)
-    xs.append(max(b.x + b.w for b in d.boxes.values()) + 40)
+    for e in d.edges:  # every point of every path (a curve's control points bound it)
+        for x, y in _POINT.findall(e.path):
+            xs.append(float(x))
+            ys.append(float(y))
     pad = 10.0
     return min(xs) - pad, min(ys) - pad, max(xs) - min(xs) + 2 * pad, max(ys) - min(ys) + 2 * pad
 
