@@ -27,6 +27,8 @@ COLOURS = {"ok": "#12795a", "goto": "#12795a", "yield": "#a15c00", "approval-req
            "approval-wait": "#a15c00", "fail": "#b42318", "error": "#b42318", "timeout": "#b42318",
            "cap": "#b42318", "denied": "#b42318", "expired": "#b42318"}  # fmt: skip
 OPERATOR = "#67707a"
+DRAWN_VISITS = 40
+"""The most visits a timeline draws: a long poll loop shows its latest ones."""
 
 
 @dataclass(frozen=True)
@@ -85,11 +87,19 @@ def timeline_svg(run: Sequence[Visit], now: tuple[str, float] | None = None) -> 
     """The run as bars (visits) and gaps (waits) left to right; empty when the run has no row yet.
 
     ``now`` = (status, seconds since the last row) ends a live run's line with its present wait.
+    A run of more than :data:`DRAWN_VISITS` rows draws its last ones after a count of the
+    earlier (the table under it lists them all).
     """
     if not run:
         return ""
     parts: list[str] = []
     x = 10.0
+    earlier = len(run) - DRAWN_VISITS
+    if earlier > 0:
+        note = f"… {earlier} earlier"
+        parts.append(text(note, class_="tl-earlier", x=x, y=TOP + BAR_H / 2 + 4, fill="#67707a"))
+        x += _w(note) + 8
+        run = run[earlier:]
     for v in run:  # the wait before each visit and its cause (before the first: the run's start)
         cause, wait = v.wake.text, duration(v.waited_seconds)
         gap = max(_scale(v.waited_seconds or 0.0, 24.0), _w(cause) + 16, _w(wait) + 16)

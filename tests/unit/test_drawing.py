@@ -152,6 +152,12 @@ def test_a_runs_visits_with_waits_and_causes() -> None:
     texts = [t.text for t in root.iter(f"{SVG}text")]
     assert "signal: gpu<done>" in texts and "3 min" in texts and "approved by alice" in texts
     assert timeline_svg([]) == ""
+    long = visits(
+        [_row(v, "POLL", v * 10.0, v * 10.0 + 1, "timer", outcome="yield") for v in range(2, 102)], 1
+    )
+    drawn = ET.fromstring(timeline_svg(long))
+    bars = [g for g in drawn.iter(f"{SVG}g") if (g.get("class") or "").startswith("tl-visit")]
+    assert len(bars) == 40 and "… 60 earlier" in [t.text for t in drawn.iter(f"{SVG}text")]
 
 
 def test_durations_and_unknown_causes() -> None:
