@@ -18,6 +18,7 @@ from ..workflows import Instance, Machine, diagram
 from ..workflows._drawing import draw
 from . import _filters as f
 from ._render import STALE_WORKER_SECONDS, Pages, capped, pretty_json
+from ._stuck import timings
 from ._timeline import Visit, timeline_svg, visits
 
 __all__ = ["routes"]
@@ -38,8 +39,9 @@ def routes(p: Pages) -> list[Route]:
             p, f.delivery_filter(q), f.query_of(q, f.DELIVERY_FIELDS), f.int_field(q, "before")
         )
         return p.render(
-            request, "deliveries.html", **page, statuses=f.STATUSES, subscriptions=await _names(p)
-        )
+            request, "deliveries.html", **page, statuses=f.STATUSES, subscriptions=await _names(p),
+            conditions=f.CONDITIONS, timing=await timings(p, page["rows"]),
+        )  # fmt: skip
 
     async def event(request: Request) -> Response:
         event_id = f.path_id(request.path_params["event_id"], "event")

@@ -14,6 +14,7 @@ The docstrings are the contract; ``tests/contract/<port>/`` tests it on every ba
 """
 
 from .delivery import (
+    ChangeFeed,
     ClaimedDelivery,
     Completion,
     DeliveryStore,
@@ -55,6 +56,7 @@ __all__ = [
     "EFFECT_JSON",
     "ENDED_STATUSES",
     "AuditBatch",
+    "ChangeFeed",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

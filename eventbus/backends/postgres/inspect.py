@@ -41,15 +41,28 @@ __all__ = ["PgInspector"]
 
 
 def filter_args(flt: DeliveryFilter) -> list[Any]:
-    """The fourteen positional parameters every filtered delivery query shares."""
+    """The fourteen positional parameters every filtered delivery query shares.
+
+    The second is the status, or the condition within one that the filter
+    asks for (``stuck``, ``retrying``: it names its status itself).
+    """
     path = flt.payload_path.split(".") if flt.payload_path else None
     ids = None if flt.ids is None else list(flt.ids)
     return [
-        flt.subscription, flt.status, flt.event_type, flt.event_id, flt.key,
+        flt.subscription, flt.condition or flt.status, flt.event_type, flt.event_id, flt.key,
         flt.correlation_id, flt.since, flt.until, path, flt.payload_value, ids,
         contains_like(flt.error_contains), message_like(flt.message_pattern),
         contains_like(flt.payload_contains),
     ]  # fmt: skip
+
+
+def _twin(flt: DeliveryFilter, plain: str, dead: str, stuck: str, retrying: str) -> str:
+    """The query that reads ``flt``'s rows through their own index: dead letters through
+    deliveries_dead, stuck ones through deliveries_lease_until, retrying ones among the pending;
+    ``plain`` (a walk of the primary key) otherwise."""
+    if flt.condition is not None:
+        return stuck if flt.condition == "stuck" else retrying
+    return dead if flt.status == "dead" else plain
 
 
 def detail_of(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
@@ -149,16 +162,26 @@ class PgInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         """Deliveries matching ``flt``, newest first, below ``before_id`` (see ``Inspector.find``)."""
-        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
-        query = self.q["find_deliveries_dead"] if dead else self.q["find_deliveries"]
+        query = _twin(
+            flt,
+            self.q["find_deliveries"],
+            self.q["find_deliveries_dead"],
+            self.q["find_deliveries_stuck"],
+            self.q["find_deliveries_retrying"],
+        )
         async with self._readonly("listing deliveries") as conn:
             rows = await conn.fetch(query, *filter_args(flt), before_id, limit)
         return rows_as(DeliveryRow, rows)
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         """How many deliveries match ``flt``, counting no further than ``cap + 1``."""
-        dead = flt.status == "dead"
-        query = self.q["count_deliveries_dead"] if dead else self.q["count_deliveries"]
+        query = _twin(
+            flt,
+            self.q["count_deliveries"],
+            self.q["count_deliveries_dead"],
+            self.q["count_deliveries_stuck"],
+            self.q["count_deliveries_retrying"],
+        )
         async with self._readonly("counting deliveries") as conn:
             return int(await conn.fetchval(query, *filter_args(flt), cap + 1))
 
@@ -170,7 +193,13 @@ class PgInspector:
         Dead letters are walked through their partial index, everything else
         along the primary key; a ``listing`` may be read from the replica.
         """
-        query = self.q["delivery_ids_dead"] if flt.status == "dead" else self.q["delivery_ids"]
+        query = _twin(
+            flt,
+            self.q["delivery_ids"],
+            self.q["delivery_ids_dead"],
+            self.q["delivery_ids_stuck"],
+            self.q["delivery_ids_retrying"],
+        )
         connect = self._read if listing else self.db.conn
         async with connect("listing delivery ids") as conn, conn.transaction():
             await conn.execute(self.q["inspect_custom_plans"])

@@ -77,14 +77,24 @@ class SQLiteInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         params = {**filter_params(flt, before_id), "limit": limit}
-        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
-        query = self._db.q["find_deliveries_dead"] if dead else self._db.q["find_deliveries"]
+        q, twin = self._db.q, _twin(flt)  # a twin reads its rows' own index alone
+        query = (
+            q["find_deliveries_dead"] if twin == "dead"
+            else q["find_deliveries_stuck"] if twin == "stuck"
+            else q["find_deliveries_retrying"] if twin == "retrying"
+            else q["find_deliveries"]
+        )  # fmt: skip
         return rows_as(DeliveryRow, await self._bounded(query, params))
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         params = {**filter_params(flt), "cap": cap + 1}
-        dead = flt.status == "dead"
-        query = self._db.q["count_deliveries_dead"] if dead else self._db.q["count_deliveries"]
+        q, twin = self._db.q, _twin(flt)
+        query = (
+            q["count_deliveries_dead"] if twin == "dead"
+            else q["count_deliveries_stuck"] if twin == "stuck"
+            else q["count_deliveries_retrying"] if twin == "retrying"
+            else q["count_deliveries"]
+        )  # fmt: skip
         return int((await self._bounded(query, params))[0][0])
 
     async def event(self, event_id: int) -> EventView:
@@ -95,11 +105,23 @@ class SQLiteInspector:
         self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
     ) -> list[DeliveryId]:
         params = {**filter_params(flt), "after_id": after_id, "limit": limit}
-        found = await self._db.fetch("delivery_ids_dead" if flt.status == "dead" else "delivery_ids", params)
+        twin = _twin(flt)
+        found = await self._db.fetch(
+            "delivery_ids_dead" if twin == "dead"
+            else "delivery_ids_stuck" if twin == "stuck"
+            else "delivery_ids_retrying" if twin == "retrying"
+            else "delivery_ids",
+            params,
+        )  # fmt: skip
         return [DeliveryId(int(r[0])) for r in found]
 
     async def _bounded(self, sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
         return await self._db.read(bounded(lambda c: c.execute(sql, params).fetchall()))
+
+
+def _twin(flt: DeliveryFilter) -> str:
+    """Which twin of a filtered read serves ``flt``: its condition's, the dead letters', or none."""
+    return flt.condition or ("dead" if flt.status == "dead" else "")
 
 
 def bounded(body: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
@@ -142,6 +164,8 @@ def filter_params(flt: DeliveryFilter, before_id: int | None = None) -> dict[str
         "error_like": contains_like(flt.error_contains),
         "message_like": message_like(flt.message_pattern),
         "payload_like": contains_like(flt.payload_contains),
+        "condition": flt.condition,
+        "now": time.time(),
     }
 
 

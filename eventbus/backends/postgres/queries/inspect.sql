@@ -44,7 +44,8 @@ ORDER BY s.name;
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
+       d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -202,10 +203,13 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- type, $4 event id, $5 key, $6 correlation id, $7/$8 updated since/until,
 -- $9/$10 payload path and value, $11 ids, $12 error substring and $13 error
 -- pattern as LIKE patterns, $14 payload substring as one): every one
--- optional. The payload filters decode the payload only for rows the cheaper
+-- optional. $2 is a status, or a condition within one: 'stuck' (processing,
+-- the lease run out) or 'retrying' (pending after a failure, not yet due). The payload filters decode the payload only for rows the cheaper
 -- conditions kept; ILIKE, as SQLite's LIKE, ignores case.
 ($1::text IS NULL OR s.name = $1)
-  AND ($2::text IS NULL OR d.status = $2)
+  AND ($2::text IS NULL OR d.status = $2
+       OR ($2 = 'stuck' AND d.status = 'processing' AND d.lease_until < now())
+       OR ($2 = 'retrying' AND d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()))
   AND ($3::text IS NULL OR e.event_type = $3)
   AND ($4::bigint IS NULL OR d.event_id = $4)
   AND ($5::text IS NULL OR e.key = $5)
@@ -223,7 +227,7 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- cursor id (one descending walk of the primary key, however deep the page).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -251,7 +255,7 @@ SELECT count(*) FROM (
 -- walking the whole history around them.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -300,6 +304,86 @@ WHERE d.status = 'dead'
 ORDER BY d.id
 LIMIT $16;
 
+-- name: find_deliveries_stuck
+-- As find_deliveries for the condition 'stuck' ($2), the conditions written out, so the
+-- rows are found through deliveries_lease_until (the few rows under a lease)
+-- instead of a walk of the whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < now()
+  AND {_delivery_filter}
+  AND ($15::bigint IS NULL OR d.id < $15)
+ORDER BY d.id DESC
+LIMIT $16;
+
+-- name: count_deliveries_stuck
+-- As count_deliveries for the condition 'stuck' (see find_deliveries_stuck).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'processing' AND d.lease_until < now()
+      AND {_delivery_filter}
+    LIMIT $15
+) capped;
+
+-- name: delivery_ids_stuck
+-- As delivery_ids for the condition 'stuck' (see find_deliveries_stuck).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < now()
+  AND {_delivery_filter}
+  AND d.id > $15
+ORDER BY d.id
+LIMIT $16;
+
+-- name: find_deliveries_retrying
+-- As find_deliveries for the condition 'retrying' ($2), the conditions written out, so the
+-- rows are found among the pending ones (deliveries_pending) instead of a
+-- walk of the whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+  AND {_delivery_filter}
+  AND ($15::bigint IS NULL OR d.id < $15)
+ORDER BY d.id DESC
+LIMIT $16;
+
+-- name: count_deliveries_retrying
+-- As count_deliveries for the condition 'retrying' (see find_deliveries_retrying).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+      AND {_delivery_filter}
+    LIMIT $15
+) capped;
+
+-- name: delivery_ids_retrying
+-- As delivery_ids for the condition 'retrying' (see find_deliveries_retrying).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+  AND {_delivery_filter}
+  AND d.id > $15
+ORDER BY d.id
+LIMIT $16;
+
 -- name: event_row
 SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at,
        version AS event_version, priority
@@ -309,7 +393,8 @@ FROM {schema}.events WHERE id = $1;
 -- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
+       d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
