@@ -97,7 +97,7 @@ def timeline_svg(run: Sequence[Visit], now: tuple[str, float] | None = None) -> 
     earlier = len(run) - DRAWN_VISITS
     if earlier > 0:
         note = f"… {earlier} earlier"
-        parts.append(text(note, class_="tl-earlier", x=x, y=TOP + BAR_H / 2 + 4, fill="#67707a"))
+        parts.append(text(note, class_="tl-note", x=x, y=TOP + BAR_H / 2 + 4, fill="#67707a"))
         x += _w(note) + 8
         run = run[earlier:]
     for v in run:  # the wait before each visit and its cause (before the first: the run's start)
@@ -130,8 +130,10 @@ def _gap(x: float, gap: float, label: str, wait: str, colour: str) -> str:
     """A dashed wait of ``gap`` px from ``x``, its cause above the line and its length below."""
     mid, y = x + gap / 2, TOP + BAR_H / 2
     out = element("line", x1=x, y1=y, x2=x + gap - 3, y2=y, stroke="#9aa3ad", stroke_dasharray="3 3")
-    out += text(label, x=mid, y=y - 6, text_anchor="middle", fill=colour)
-    return out + (text(wait, x=mid, y=y + 15, text_anchor="middle", fill="#67707a") if wait else "")
+    out += text(label, class_="tl-cause", x=mid, y=y - 6, text_anchor="middle", fill=colour)
+    if wait:
+        out += text(wait, class_="tl-note", x=mid, y=y + 15, text_anchor="middle", fill="#67707a")
+    return out
 
 
 def _bar(parts: list[str], x: float, v: Visit) -> float:
@@ -142,10 +144,12 @@ def _bar(parts: list[str], x: float, v: Visit) -> float:
     taken = max(width, _w(name), _w(ran), _w(v.row.outcome))
     centre = x + taken / 2
     body = element("title", escape(_visit_title(v)))
-    body += text(name, x=centre, y=TOP - 8, text_anchor="middle", font_weight="700", fill="#1d232a")
+    body += text(name, class_="tl-name", x=centre, y=TOP - 8, text_anchor="middle", font_weight="700",
+                 fill="#1d232a")  # fmt: skip
     body += element("rect", x=centre - width / 2, y=TOP, width=width, height=BAR_H, rx="3", fill=colour)
-    body += text(v.row.outcome, x=centre, y=TOP + BAR_H + 14, text_anchor="middle", fill="#1d232a")
-    body += text(ran, x=centre, y=TOP + BAR_H + 28, text_anchor="middle", fill="#67707a")
+    body += text(v.row.outcome, class_="tl-name", x=centre, y=TOP + BAR_H + 14, text_anchor="middle",
+                 fill="#1d232a")  # fmt: skip
+    body += text(ran, class_="tl-note", x=centre, y=TOP + BAR_H + 28, text_anchor="middle", fill="#67707a")
     parts.append(element("g", body, class_=f"tl-visit {v.row.outcome}"))
     return taken
 

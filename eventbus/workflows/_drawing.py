@@ -413,6 +413,7 @@ def draw(
             bx, by, bw, bh = _label_box(e, e.label_at)
             back = element("rect", x=bx, y=by + 1, width=bw, height=bh - 2, rx="3", fill="#fff")
             label = text(e.label, x=x, y=y + 4, text_anchor="middle", fill="#3b434c", font_size="11")
+            # the plate and the text take the page's colours from the dashboard's stylesheet
             out.append(element("g", back + label, class_="md-label"))
     return element(
         "svg", "\n".join(out), xmlns="http://www.w3.org/2000/svg", class_="machine-diagram", role="img",
@@ -436,22 +437,24 @@ def _box(box: Box, current: bool, link: Link | None) -> str:
     stroke = _STROKE.get(box.status, "#56606b")
     parts = [element("title", escape(_box_title(box)))]
     parts.append(element(
-        "rect", x=box.x, y=box.y, width=box.w, height=box.h, rx="6", fill="#e8effc" if current else "#fff",
+        "rect", class_="md-frame", x=box.x, y=box.y, width=box.w, height=box.h, rx="6",
+        fill="#e8effc" if current else "#fff",
         stroke="#2457c5" if current else stroke, stroke_width="2.5" if current else "1.3",
         stroke_dasharray="5 3" if box.kind == "child" else None,
     ))  # fmt: skip
     if box.kind == "terminal":
         parts.append(element(
-            "rect", x=box.x + 3, y=box.y + 3, width=box.w - 6, height=box.h - 6, rx="4", fill="none",
+            "rect", class_="md-inner", x=box.x + 3, y=box.y + 3, width=box.w - 6, height=box.h - 6, rx="4",
+            fill="none",
             stroke=stroke, stroke_width="1",
         ))  # fmt: skip
     y = box.y + PAD_Y + LINE_PX - 4
-    name = text(box.name, x=box.x + PAD_X, y=y, font_weight="700", fill="#1d232a")
+    name = text(box.name, class_="md-name", x=box.x + PAD_X, y=y, font_weight="700", fill="#1d232a")
     href = link("machine" if box.kind == "child" else box.kind, box.name) if link else None
     parts.append(element("a", name, href=href) if href else name)
     for line in box.lines:
         y += LINE_PX
-        parts.append(text(line, x=box.x + PAD_X, y=y, fill="#67707a", font_size="11"))
+        parts.append(text(line, class_="md-note", x=box.x + PAD_X, y=y, fill="#67707a", font_size="11"))
     if box.count:
         w = BADGE_PX + _text_w(str(box.count)) - 8
         bx = box.x + box.w - PAD_X + 4 - w
