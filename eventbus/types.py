@@ -517,6 +517,10 @@ class WorkflowHistoryRow(msgspec.Struct, frozen=True):
     delivery_id: int | None
     started_at: datetime
     at: datetime
+    woken_by: str | None = None
+    """What woke the visit (``start``, ``timer``, ``signal:NAME``, ``approved:WHO``...: the
+    state-machines guide lists them); None when not recorded: an operator's action, or a row
+    written before causes were recorded."""
 
 
 class WorkflowSignalRow(msgspec.Struct, frozen=True):
