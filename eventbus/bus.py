@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from .pull import Pull
 from .retention import Pruner, PruneReport, Retention
 from .router import Router
 from .scheduling import Schedules
+from .throughput import Throughput, throughput_of, window_of, window_start
 from .types import (
     ChainEvent,
     DeliveryDetail,
@@ -151,6 +153,10 @@ class Bus(Router):
         (without ``connection``) share one statement and one commit; a call
         that finds none in flight is sent at once. Each caller still gets its
         own result or error. Off: one transaction per call.
+    :param rollup: workers count each subscription's completed, failed and dead
+        runs and their durations per minute and sample its queue once a minute,
+        for :meth:`throughput` and the dashboard's charts (:mod:`eventbus.throughput`).
+        Off: they do none of it.
     :param backend_options: passed to the backend. On PostgreSQL: ``pooler``
         (``"transaction"`` behind PgBouncer's transaction pooling or a managed
         pooler like it), ``pooler_prepared_statements``, ``listen_dsn``,
@@ -174,6 +180,7 @@ class Bus(Router):
         hooks: Sequence[Hooks] = (),
         retention: Retention | None = None,
         coalesce_publishes: bool = True,
+        rollup: bool = True,
         **backend_options: Any,
     ) -> None:
         super().__init__()
@@ -182,6 +189,8 @@ class Bus(Router):
         self.outcome_log = OutcomeLog()
         self.hooks = CompositeHooks([self.outcome_log, *hooks])
         self.retention = retention or Retention()
+        self.rollup = rollup
+        """Whether this bus's workers keep the throughput rollup (:mod:`eventbus.throughput`)."""
         self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
         self.max_payload_bytes = max_payload_bytes
         self.backend: Backend = backend or open_backend(
@@ -524,6 +533,21 @@ class Bus(Router):
         :class:`NotFound` if there is no such event (or it was pruned).
         """
         return chain_tree(await self.backend.inspect.chain(event_id, limit))
+
+    async def throughput(self, subscription: str | None = None, *, window: str = "1h") -> Throughput:
+        """Completed, failed and dead runs, duration percentiles, queue depth and lag over ``window``.
+
+        ``window``: ``"1h"`` (one point a minute) or ``"1d"`` (one point per ten
+        minutes); ``subscription``: one subscription's alone (default: all,
+        summed, with each subscription's series beside). Read from the
+        throughput rollup the workers keep (:mod:`eventbus.throughput`), never
+        from the deliveries; a minute appears once it has ended (about ten
+        seconds later). :class:`ConfigurationError` for another window.
+        """
+        window_of(window)
+        now = time.time()
+        buckets = await self.backend.inspect.rollup(window_start(window, now), window_of(window)[1], subscription)
+        return throughput_of(buckets, window, now, subscription)
 
     async def prune(
         self,

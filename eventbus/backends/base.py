@@ -31,6 +31,7 @@ from .ports import (
     PruneBatch,
     Rescue,
     RetentionStore,
+    RollupStore,
     ScheduleDecl,
     SchedulePlanner,
     ScheduleStore,
@@ -70,6 +71,7 @@ __all__ = [
     "PruneBatch",
     "Rescue",
     "RetentionStore",
+    "RollupStore",
     "ScheduleDecl",
     "SchedulePlanner",
     "ScheduleStore",
@@ -123,6 +125,11 @@ class Backend(Protocol):
     @property
     def retention(self) -> RetentionStore:
         """Deleting finished rows past their retention."""
+        ...
+
+    @property
+    def rollup(self) -> RollupStore:
+        """Appending to the throughput rollup the charts read."""
         ...
 
     @property

@@ -113,8 +113,8 @@ def _summary(report: PruneReport) -> str:
     return (
         f"{verb}: {report.completed_deliveries} completed, {report.dead_deliveries} dead deliveries, "
         f"{report.events} events, {report.occurrences} schedule occurrences, {report.workflows} "
-        f"finished workflows ({report.workflow_rows} rows), {report.audit_rows} audit rows "
-        f"({report.batches} batches)"
+        f"finished workflows ({report.workflow_rows} rows), {report.audit_rows} audit rows, "
+        f"{report.rollup_rows} throughput rollup rows ({report.batches} batches)"
     )
 
 
