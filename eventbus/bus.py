@@ -544,9 +544,8 @@ class Bus(Router):
         from the deliveries; a minute appears once it has ended (about ten
         seconds later). :class:`ConfigurationError` for another window.
         """
-        window_of(window)
-        now = time.time()
-        buckets = await self.backend.inspect.rollup(window_start(window, now), window_of(window)[1], subscription)
+        step, now = window_of(window)[1], time.time()
+        buckets = await self.backend.inspect.rollup(window_start(window, now), step, subscription)
         return throughput_of(buckets, window, now, subscription)
 
     async def prune(

@@ -123,12 +123,12 @@ def rollup_buckets(counts: Sequence[Any], durations: Sequence[Any]) -> list[Roll
     runs: dict[tuple[str, int], dict[int, int]] = {}
     for d in durations:
         runs.setdefault((d["subscription"], int(d["start"])), {})[int(d["bucket"])] = int(d["runs"])
-    return [
-        RollupBucket(
-            subscription=c["subscription"], start=int(c["start"]), completed=int(c["completed"]),
-            failed=int(c["failed"]), dead=int(c["dead"]),
-            durations=runs.get((c["subscription"], int(c["start"])), {}),
-            pending=None if c["pending"] is None else int(c["pending"]), lag_seconds=c["lag_seconds"],
-        )  # fmt: skip
-        for c in counts
-    ]
+    return [_bucket(c, runs.get((c["subscription"], int(c["start"])), {})) for c in counts]
+
+
+def _bucket(c: Any, durations: dict[int, int]) -> RollupBucket:
+    return RollupBucket(
+        subscription=c["subscription"], start=int(c["start"]), completed=int(c["completed"]),
+        failed=int(c["failed"]), dead=int(c["dead"]), durations=durations,
+        pending=None if c["pending"] is None else int(c["pending"]), lag_seconds=c["lag_seconds"],
+    )  # fmt: skip

@@ -15,7 +15,6 @@ from ...types import (
     StatusReport,
     SubscriptionInfo,
 )
-
 from .rollup import RollupBucket
 
 __all__ = ["Inspector"]
@@ -91,7 +90,9 @@ class Inspector(Protocol):
         """
         ...
 
-    async def rollup(self, since: int, step_seconds: int, subscription: str | None = None) -> list[RollupBucket]:
+    async def rollup(
+        self, since: int, step_seconds: int, subscription: str | None = None
+    ) -> list[RollupBucket]:
         """The throughput rollup from the minute ``since`` (epoch seconds) on, summed per subscription
         and step of ``step_seconds`` (a multiple of 60), oldest step first.
 

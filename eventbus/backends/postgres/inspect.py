@@ -192,11 +192,12 @@ class PgInspector:
         deliveries = [detail_of(r, history[r["id"]]) for r in rows]
         return row_as(EventView, event, json=("headers",), deliveries=deliveries)
 
-    async def rollup(self, since: int, step_seconds: int, subscription: str | None = None) -> list[RollupBucket]:
+    async def rollup(
+        self, since: int, step_seconds: int, subscription: str | None = None
+    ) -> list[RollupBucket]:
         """The rollup per subscription and step (see ``Inspector.rollup``): two grouped range reads."""
         args = (float(since), float(step_seconds), subscription)
         async with self._readonly("reading the throughput rollup") as conn:
             counts = await conn.fetch(self.q["rollup_counts"], *args)
             durations = await conn.fetch(self.q["rollup_durations"], *args)
         return rollup_buckets(counts, durations)
-

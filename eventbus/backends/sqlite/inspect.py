@@ -74,7 +74,9 @@ class SQLiteInspector:
         q = self._db.q
         return await self._db.read(lambda c: _health(c, q))
 
-    async def rollup(self, since: int, step_seconds: int, subscription: str | None = None) -> list[RollupBucket]:
+    async def rollup(
+        self, since: int, step_seconds: int, subscription: str | None = None
+    ) -> list[RollupBucket]:
         params = {"since": since, "step": step_seconds, "subscription": subscription}
         counts = await self._db.fetch("rollup_counts", params)
         return rollup_buckets(counts, await self._db.fetch("rollup_durations", params))
