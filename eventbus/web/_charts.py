@@ -209,7 +209,7 @@ def duration_chart(chart_id: str, title: str, points: Sequence[ThroughputPoint])
     values = [[getattr(p, f"{name}_seconds") for p in points] for name, _ in PERCENTILES]
     present = [v for vs in values for v in vs if v is not None and v > 0]
     chart.empty = not present
-    low = math.floor(math.log10(min(present, default=0.001)))
+    low = math.floor(math.log10(min(present, default=0.001)) - 0.1)  # a value on a decade sits above the axis
     high = max(math.ceil(math.log10(max(present, default=0.01))), low + 1)
     _, y0, _, y1 = chart.plot
 
