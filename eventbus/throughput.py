@@ -119,47 +119,62 @@ class _Cell:
 class Rollup:
     """One worker's counts per (subscription, minute), in memory until they are flushed.
 
-    :meth:`add` is on the hot path: a clock read, a dict lookup, two increments.
+    :meth:`add` is on the hot path: a clock read, two dict lookups and two
+    increments while the minute lasts (the minute's cells are kept apart, so
+    no key is built per run).
     """
 
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
-        self._cells: dict[tuple[str, int], _Cell] = {}
+        self._minutes: dict[int, dict[str, _Cell]] = {}
+        self._current: dict[str, _Cell] = {}
+        self._start, self._end = 0.0, 0.0
+        """The minute :attr:`_current` counts: [start, end) in epoch seconds."""
 
     def add(self, subscription: str, outcome: int, seconds: float) -> None:
         """Count one handler run of ``seconds`` that ended with ``outcome`` (COMPLETED, FAILED, DEAD)."""
-        key = (subscription, int(self.clock()) // 60 * 60)
-        cell = self._cells.get(key)
+        now = self.clock()
+        if not self._start <= now < self._end:
+            self._enter(now)
+        cell = self._current.get(subscription)
         if cell is None:
-            cell = self._cells[key] = _Cell()
+            cell = self._current[subscription] = _Cell()
         cell.counts[outcome] += 1
-        bucket = bucket_of(seconds)
-        cell.durations[bucket] = cell.durations.get(bucket, 0) + 1
+        bucket = 0 if seconds <= BASE_SECONDS else bucket_of(seconds)
+        hist = cell.durations
+        hist[bucket] = hist.get(bucket, 0) + 1
+
+    def _enter(self, now: float) -> None:
+        minute = int(now) // 60 * 60
+        self._current = self._minutes.setdefault(minute, {})
+        self._start, self._end = float(minute), float(minute + 60)
 
     def __len__(self) -> int:
-        return len(self._cells)
+        return sum(len(cells) for cells in self._minutes.values())
 
     def take(self, *, everything: bool = False) -> list[RollupRow]:
         """The cells of minutes that have ended (``everything``: all of them), removed from memory."""
         now_minute = int(self.clock()) // 60 * 60
-        keys = [k for k in self._cells if everything or k[1] < now_minute]
-        return [_row(k, self._cells.pop(k)) for k in keys]
+        ended = [m for m in self._minutes if everything or m < now_minute]
+        rows = [_row(name, m, cell) for m in ended for name, cell in self._minutes.pop(m).items()]
+        if everything or self._start < now_minute:
+            self._current, self._start, self._end = {}, 0.0, 0.0  # the next add starts its minute afresh
+        return rows
 
     def put_back(self, rows: Sequence[RollupRow]) -> None:
-        """Rows a flush could not store, counted again (the oldest are dropped past :data:`MAX_CELLS`)."""
+        """Rows a flush could not store, counted again (the oldest minutes go past :data:`MAX_CELLS`)."""
         for r in rows:
-            cell = self._cells.setdefault((r.subscription, r.minute), _Cell())
+            cell = self._minutes.setdefault(r.minute, {}).setdefault(r.subscription, _Cell())
             for i, n in enumerate((r.completed, r.failed, r.dead)):
                 cell.counts[i] += n
             cell.durations = _merged([cell.durations, r.durations])
-        if len(self._cells) > MAX_CELLS:
-            for key in sorted(self._cells, key=lambda k: k[1])[: len(self._cells) - MAX_CELLS]:
-                del self._cells[key]
+        while len(self) > MAX_CELLS and len(self._minutes) > 1:
+            del self._minutes[min(self._minutes)]
 
 
-def _row(key: tuple[str, int], cell: _Cell) -> RollupRow:
+def _row(subscription: str, minute: int, cell: _Cell) -> RollupRow:
     completed, failed, dead = cell.counts
-    return RollupRow(key[0], key[1], completed, failed, dead, cell.durations)
+    return RollupRow(subscription, minute, completed, failed, dead, cell.durations)
 
 
 class ThroughputPoint(msgspec.Struct, frozen=True):
