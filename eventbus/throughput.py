@@ -1,6 +1,6 @@
 """Throughput, failures, backlog and handler durations over the last hour or day.
 
-Read them with :meth:`eventbus.Bus.throughput`; the dashboard's ``/charts``
+Read them with :meth:`eventbus.bus.Bus.throughput`; the dashboard's ``/charts``
 page draws them. They come from a small rollup table, never from a scan of
 the deliveries:
 
@@ -212,7 +212,7 @@ class HandlerDurations(msgspec.Struct, frozen=True):
 
 
 class Throughput(msgspec.Struct, frozen=True):
-    """What :meth:`eventbus.Bus.throughput` returns."""
+    """What :meth:`eventbus.bus.Bus.throughput` returns."""
 
     window: str
     step_seconds: int
