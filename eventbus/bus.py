@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +40,7 @@ from .pull import Pull
 from .retention import Pruner, PruneReport, Retention
 from .router import Router
 from .scheduling import Schedules
-from .throughput import Throughput, throughput_of, window_of, window_start
+from .throughput import ThroughputReader
 from .types import (
     ChainEvent,
     DeliveryDetail,
@@ -155,7 +154,7 @@ class Bus(Router):
         own result or error. Off: one transaction per call.
     :param rollup: workers count each subscription's completed, failed and dead
         runs and their durations per minute and sample its queue once a minute,
-        for :meth:`throughput` and the dashboard's charts (:mod:`eventbus.throughput`).
+        for ``bus.throughput(...)`` and the dashboard's charts (:mod:`eventbus.throughput`).
         Off: they do none of it.
     :param backend_options: passed to the backend. On PostgreSQL: ``pooler``
         (``"transaction"`` behind PgBouncer's transaction pooling or a managed
@@ -220,6 +219,9 @@ class Bus(Router):
         """Subscriptions without a handler, whose deliveries code claims itself (:mod:`eventbus.pull`)."""
         self.audit = Audit(lambda: self.backend.operate)
         """The trail of operator actions (:mod:`eventbus.audit`)."""
+        self.throughput = ThroughputReader(lambda: self.backend.inspect)
+        """``await bus.throughput(subscription=None, window="1h")``: runs, failures, backlog and
+        handler durations per step (:mod:`eventbus.throughput`)."""
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()
@@ -533,20 +535,6 @@ class Bus(Router):
         :class:`NotFound` if there is no such event (or it was pruned).
         """
         return chain_tree(await self.backend.inspect.chain(event_id, limit))
-
-    async def throughput(self, subscription: str | None = None, *, window: str = "1h") -> Throughput:
-        """Completed, failed and dead runs, duration percentiles, queue depth and lag over ``window``.
-
-        ``window``: ``"1h"`` (one point a minute) or ``"1d"`` (one point per ten
-        minutes); ``subscription``: one subscription's alone (default: all,
-        summed, with each subscription's series beside). Read from the
-        throughput rollup the workers keep (:mod:`eventbus.throughput`), never
-        from the deliveries; a minute appears once it has ended (about ten
-        seconds later). :class:`ConfigurationError` for another window.
-        """
-        step, now = window_of(window)[1], time.time()
-        buckets = await self.backend.inspect.rollup(window_start(window, now), step, subscription)
-        return throughput_of(buckets, window, now, subscription)
 
     async def prune(
         self,

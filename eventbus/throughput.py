@@ -1,6 +1,7 @@
 """Throughput, failures, backlog and handler durations over the last hour or day.
 
-Read them with :meth:`eventbus.bus.Bus.throughput`; the dashboard's ``/charts``
+Read them with ``await bus.throughput(subscription=None, window="1h")``
+(:class:`ThroughputReader`); the dashboard's ``/charts``
 page draws them. They come from a small rollup table, never from a scan of
 the deliveries:
 
@@ -31,7 +32,7 @@ from typing import Literal
 
 import msgspec
 
-from .backends.ports import RollupBucket, RollupRow
+from .backends.ports import Inspector, RollupBucket, RollupRow
 from .errors import ConfigurationError
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Rollup",
     "Throughput",
     "ThroughputPoint",
+    "ThroughputReader",
     "Window",
     "bucket_of",
     "bucket_seconds",
@@ -212,7 +214,7 @@ class HandlerDurations(msgspec.Struct, frozen=True):
 
 
 class Throughput(msgspec.Struct, frozen=True):
-    """What :meth:`eventbus.bus.Bus.throughput` returns."""
+    """What ``bus.throughput(...)`` returns (:class:`ThroughputReader`)."""
 
     window: str
     step_seconds: int
@@ -289,3 +291,25 @@ def throughput_of(
         points=_series(starts, kept), subscriptions={n: _series(starts, per_name[n]) for n in names},
         handlers=[_handler(n, per_name[n]) for n in names if any(b.durations for b in per_name[n])],
     )  # fmt: skip
+
+
+class ThroughputReader:
+    """``bus.throughput``: call it for the rollup of a window (``await bus.throughput(...)``)."""
+
+    def __init__(self, inspector: Callable[[], Inspector]) -> None:
+        self._inspector = inspector
+
+    async def __call__(self, subscription: str | None = None, *, window: str = "1h") -> Throughput:
+        """Completed, failed and dead runs, duration percentiles, queue depth and lag over ``window``.
+
+        ``window``: ``"1h"`` (one point a minute) or ``"1d"`` (one point per ten
+        minutes); ``subscription``: one subscription's alone (default: all,
+        summed, with each subscription's series beside). Read from the
+        throughput rollup the workers keep, never from the deliveries; a
+        minute appears once it has ended (about ten seconds later).
+        :class:`~eventbus.ConfigurationError` for another window.
+        """
+        step, now = window_of(window)[1], time.time()
+        buckets = await self._inspector().rollup(window_start(window, now), step, subscription)
+        return throughput_of(buckets, window, now, subscription)
+
