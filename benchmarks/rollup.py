@@ -3,13 +3,17 @@
     python -m benchmarks.rollup --dsn postgresql://postgres@127.0.0.1:5432/test --json out.json
 
 Each run publishes ``n`` events into a scratch schema or file, then times one
-burst drain by one worker (``eventbus.testing.drain_throughput``, no-op
-handler, concurrency 200, batches of 100). "on" is the default bus, whose
-worker counts each run in its rollup and appends the rollup when it stops;
-"off" is ``Bus(rollup=False)``. The runs alternate off, on on each backend,
-so drift of the machine falls on both alike; the report gives each mode's
-median, range and runs, and the median's change. Beside them, the cost of
-one ``Rollup.add`` (the only work the rollup adds per delivery), timed alone.
+burst drain by one worker (no-op handler, concurrency 200, batches of 100),
+as ``eventbus.testing.drain_throughput`` does: its rate (deliveries per
+second of wall time) and the CPU time this process spent per delivery during
+the drain (the worker's side: PostgreSQL's own work is in its server, and
+the CPU time is less disturbed by other load on the machine than the wall
+time). "on" is the default bus, whose worker counts each run in its rollup
+and appends the rollup when it stops; "off" is ``Bus(rollup=False)``. The
+runs alternate off, on on each backend, so drift of the machine falls on
+both alike; the report gives each mode's median, range and runs, and the
+medians' change (``change_pct``). Beside them, the cost of one ``Rollup.add`` (the only work
+the rollup adds per delivery), timed alone.
 """
 
 from __future__ import annotations
@@ -17,34 +21,63 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 import timeit
 from typing import Any
 
 import anyio
 
-from eventbus.testing import drain_throughput
+from eventbus import Context
+from eventbus.testing import BenchEvent, drain, temporary_bus
 from eventbus.throughput import COMPLETED, Rollup
 
 
-def _summary(rates: list[float]) -> dict[str, Any]:
+def _summary(values: list[float], digits: int = 0) -> dict[str, Any]:
     return {
-        "median": round(statistics.median(rates)), "min": round(min(rates)), "max": round(max(rates)),
-        "runs": [round(r) for r in rates],
+        "median": round(statistics.median(values), digits), "min": round(min(values), digits),
+        "max": round(max(values), digits), "runs": [round(v, digits) for v in values],
     }  # fmt: skip
+
+
+async def one_run(dsn: str | None, n: int, rollup: bool) -> tuple[str, float, float]:
+    """(backend, deliveries per second, CPU microseconds per delivery) of one drain of ``n`` events."""
+    pool: dict[str, Any] = {} if dsn is None or dsn.startswith("sqlite:") else {"max_pool_size": 8}
+    async with temporary_bus(dsn, rollup=rollup, **pool) as bus:
+
+        @bus.subscribe(BenchEvent, name="bench-rollup")
+        async def handler(event: BenchEvent, ctx: Context) -> None:
+            return None
+
+        await bus.register()
+        for start in range(0, n, 1000):
+            await bus.publish_many(BenchEvent(n=i) for i in range(start, min(n, start + 1000)))
+        await bus.backend.schema.analyze()
+        wall, cpu = time.perf_counter(), time.process_time()
+        await drain(bus, wait_for_scheduled=False, concurrency=200, batch_size=100)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return bus.backend.kind, n / wall, cpu / n * 1e6
+
+
+def _change(off: dict[str, Any], on: dict[str, Any]) -> float:
+    return round(100 * (float(on["median"]) - off["median"]) / off["median"], 1)
 
 
 async def backend(dsn: str | None, n: int, runs: int) -> dict[str, Any]:
     rates: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
     kind = ""
     for _ in range(runs):
         for mode in ("off", "on"):
-            r = await drain_throughput(dsn, n, rollup=mode == "on")
-            rates[mode].append(r.deliveries_per_second)
-            kind = r.backend
-    off, on = _summary(rates["off"]), _summary(rates["on"])
-    change = round(100 * (on["median"] - off["median"]) / off["median"], 1)
-    result = {"backend": kind, "n": n, "unit": "deliveries/s", "off": off, "on": on}
-    result["median_change_pct"] = change
+            kind, rate, us = await one_run(dsn, n, rollup=mode == "on")
+            rates[mode].append(rate)
+            cpu[mode].append(us)
+    rate_off, rate_on = _summary(rates["off"]), _summary(rates["on"])
+    cpu_off, cpu_on = _summary(cpu["off"], 1), _summary(cpu["on"], 1)
+    result = {
+        "backend": kind, "n": n,
+        "deliveries_per_second": {"off": rate_off, "on": rate_on, "change_pct": _change(rate_off, rate_on)},
+        "cpu_us_per_delivery": {"off": cpu_off, "on": cpu_on, "change_pct": _change(cpu_off, cpu_on)},
+    }  # fmt: skip
     print(json.dumps(result))
     return result
 
