@@ -59,7 +59,8 @@ async def one_run(dsn: str | None, n: int, rollup: bool) -> tuple[str, float, fl
 
 
 def _change(off: dict[str, Any], on: dict[str, Any]) -> float:
-    return round(100 * (float(on["median"]) - off["median"]) / off["median"], 1)
+    before, after = float(off["median"]), float(on["median"])
+    return round(100 * (after - before) / before, 1)
 
 
 async def backend(dsn: str | None, n: int, runs: int) -> dict[str, Any]:
