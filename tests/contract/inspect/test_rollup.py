@@ -80,6 +80,7 @@ async def test_a_window_outside_the_list_is_a_typed_error(bus) -> None:
         await bus.throughput(window="2h")
 
 
+@pytest.mark.pooler  # the probe and the sample are two statements, on whatever server connection
 async def test_the_queue_is_sampled_once_per_minute_with_its_depth_and_lag(bus) -> None:
     await _two_subscriptions(bus)
     for i in range(3):
@@ -101,6 +102,7 @@ async def test_the_queue_is_sampled_once_per_minute_with_its_depth_and_lag(bus) 
     assert hour.points[0].depth is None and hour.handlers == []
 
 
+@pytest.mark.pooler  # the pruner's lock across batches
 async def test_retention_prunes_rollup_rows_of_old_minutes(bus) -> None:
     await _two_subscriptions(bus)
     old = [RollupRow("charge", _minute(3 * 1440 + i), completed=1, durations={3: 1}) for i in range(3)]
