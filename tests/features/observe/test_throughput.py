@@ -7,12 +7,14 @@ flushes the minutes that have ended on its own every ten seconds (the
 
 from __future__ import annotations
 
+import time
+
 import anyio
 
 from eventbus import Context, DeadLetter, RetryPolicy
 from eventbus.testing import drain
 from eventbus.throughput import COMPLETED, DEAD, FAILED, Rollup, bucket_of
-from eventbus.worker._upkeep import flush_rollup
+from eventbus.worker._upkeep import RollupTurns, flush_rollup
 
 from ...support.helpers import OrderPlaced
 
@@ -85,3 +87,26 @@ async def test_a_flush_writes_the_minutes_that_ended_and_keeps_the_current_one(m
     rows = rollup.take(everything=True)
     assert sorted((r.minute, r.completed) for r in rows) == [(now[0] - 65, 1), (now[0] - 5, 2)]
     assert await bus.backend.rollup.record(rows) == 2
+
+
+async def test_a_serving_worker_samples_the_queues_once_a_minute(make_bus) -> None:
+    """The upkeep turn: flush what ended, then the minute's queue sample, once."""
+    bus = await make_bus()
+
+    @bus.subscribe(OrderPlaced, name="charge")
+    async def charge(event: OrderPlaced, ctx: Context) -> None: ...
+
+    await bus.register()
+    await bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(4)])
+    turns = RollupTurns(bus.backend.rollup, Rollup(), sample=True)
+    await turns.turn()
+    sampled = turns.sampled_minute
+    assert sampled == int(time.time()) // 60 * 60 or sampled == int(time.time()) // 60 * 60 - 60
+    await bus.publish(OrderPlaced(order_id="more"))
+    await turns.turn()  # the same minute (most likely): nothing more is written
+    hour = await bus.throughput(window="1h")
+    depths = [p.depth for p in hour.points if p.depth is not None]
+    assert depths[0] == 4 and all(d in (4, 5) for d in depths)
+    burst = RollupTurns(bus.backend.rollup, Rollup(), sample=False)
+    await burst.turn()
+    assert burst.sampled_minute == -1  # a drain takes no sample
