@@ -13,7 +13,11 @@ and appends the rollup when it stops; "off" is ``Bus(rollup=False)``. The
 runs alternate off, on on each backend, so drift of the machine falls on
 both alike; the report gives each mode's median, range and runs, and the
 medians' change (``change_pct``). Beside them, the cost of one ``Rollup.add`` (the only work
-the rollup adds per delivery), timed alone.
+the rollup adds per delivery), timed alone, and the time ``bus.throughput``
+takes to read an hour and a day of a full rollup (10 subscriptions, 5
+workers each writing a row per subscription and minute, a day of them: 72,000
+rows with eight-bucket histograms, and a queue sample per subscription and
+minute), median of five reads.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 import anyio
 
 from eventbus import Context
+from eventbus.backends.ports import RollupRow
 from eventbus.testing import BenchEvent, drain, temporary_bus
 from eventbus.throughput import COMPLETED, Rollup
 
@@ -105,12 +110,44 @@ def add_cost_ns() -> float:
     return best(Rollup()) - best(_Nothing())
 
 
+async def read_cost(dsn: str | None, subscriptions: int = 10, workers: int = 5) -> dict[str, Any]:
+    """Milliseconds ``bus.throughput`` takes over a day of a full rollup (see the module's docstring)."""
+    async with temporary_bus(dsn) as bus:
+        names = [f"sub-{i}" for i in range(subscriptions)]
+        for name in names:
+            bus.subscribe(BenchEvent, name=name)(_noop)
+        await bus.register()
+        now = int(time.time()) // 60 * 60
+        rows = [
+            RollupRow(name, now - 60 * m, 100 + w, 2, 1, {b: 10 + b for b in range(20, 28)})
+            for m in range(1, 1441) for name in names for w in range(workers)
+        ]  # fmt: skip
+        for start in range(0, len(rows), 5000):
+            await bus.backend.rollup.record(rows[start : start + 5000])
+        await bus.backend.schema.analyze()
+        out: dict[str, Any] = {"backend": bus.backend.kind, "rows": len(rows)}
+        for window in ("1h", "1d"):
+            times = []
+            for _ in range(5):
+                started = time.perf_counter()
+                await bus.throughput(window=window)
+                times.append((time.perf_counter() - started) * 1000)
+            out[f"read_{window}_ms"] = _summary(times, 1)
+    print(json.dumps(out))
+    return out
+
+
+async def _noop(event: BenchEvent, ctx: Context) -> None:
+    return None
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     results = [await backend(None, args.n, args.runs)]  # a temporary SQLite file
     results.append(await backend(args.dsn, args.n, args.runs))
     add = round(add_cost_ns())
     print(json.dumps({"rollup_add_ns": add}))
-    return {"drain": results, "rollup_add_ns": add}
+    reads = [await read_cost(None), await read_cost(args.dsn)]
+    return {"drain": results, "rollup_add_ns": add, "reads": reads}
 
 
 if __name__ == "__main__":

@@ -198,6 +198,7 @@ class PgInspector:
         """The rollup per subscription and step (see ``Inspector.rollup``): two grouped range reads."""
         args = (float(since), float(step_seconds), subscription)
         async with self._readonly("reading the throughput rollup") as conn:
+            await conn.execute(self.q["rollup_settings"])
             counts = await conn.fetch(self.q["rollup_counts"], *args)
             durations = await conn.fetch(self.q["rollup_durations"], *args)
         return rollup_buckets(counts, durations)
