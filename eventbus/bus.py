@@ -17,7 +17,7 @@ from ._deprecated import Moved
 from ._priority import checked_priority
 from .audit import Actor, Audit
 from .backends import open_backend
-from .backends.base import Backend, OutgoingEvent, SubscriptionSpec
+from .backends.base import Backend, ChangeFeed, OutgoingEvent, SubscriptionSpec
 from .errors import (
     ConfigurationError,
     EncodeError,
@@ -40,6 +40,7 @@ from .pull import Pull
 from .retention import Pruner, PruneReport, Retention
 from .router import Router
 from .scheduling import Schedules
+from .stuck import LOST_WORKER_SECONDS, act
 from .throughput import ThroughputReader
 from .types import (
     ChainEvent,
@@ -495,6 +496,10 @@ class Bus(Router):
         """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
         return await self.backend.inspect.subscriptions()
 
+    async def subscription_names(self) -> list[str]:
+        """The names of every subscription the database knows, in order (no backlog is counted)."""
+        return await self.backend.inspect.subscription_names()
+
     async def pause_subscription(self, name: str, *, audit: Actor | None = None) -> bool:
         """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active.
 
@@ -523,10 +528,27 @@ class Bus(Router):
 
     # -- operations ----------------------------------------------------------
 
-    async def status(self) -> StatusReport:
-        """Counts, each subscription's queue, workers and (PostgreSQL) storage health."""
-        report = await self.backend.inspect.status()
-        details = await self.backend.inspect.health()
+    def changes(self) -> ChangeFeed:
+        """A new feed of hints that the bus's tables may have changed, for a watcher such as the dashboard.
+
+        Run its ``run()`` in a task and wait on ``changed(timeout)``. It has a
+        source of its own (on PostgreSQL a LISTEN connection to ``listen_dsn``
+        or the DSN, on SQLite a look at the file's commit counter), separate
+        from the worker's wake-ups. Not every write is hinted: look yourself now and then.
+        """
+        return self.backend.wakeups.observe()
+
+    async def status(self, *, window: int | None = None) -> StatusReport:
+        """Counts, each subscription's queue, workers and (PostgreSQL) storage health.
+
+        ``window``: count completed and cancelled deliveries among the newest
+        ``window`` only, and events no further than ``window`` (see
+        :attr:`StatusReport.window`), so the read stays bounded at millions of rows.
+        """
+        if window is not None and window < 1:
+            raise ConfigurationError(f"window must be at least 1, got {window}")
+        report = await self.backend.inspect.status(window)
+        details = await self.backend.inspect.health(window)
         return msgspec.structs.replace(report, **msgspec.structs.asdict(details))
 
     async def trace(self, event_id: int, *, limit: int = 1000) -> ChainEvent:
@@ -653,15 +675,58 @@ class Bus(Router):
                 progress(total)
         return total
 
-    async def cancel(self, ids: Sequence[int], *, audit: Actor | None = None) -> int:
+    async def cancel(
+        self,
+        ids: Sequence[int] | DeliveryFilter,
+        *,
+        audit: Actor | None = None,
+        stuck: bool = False,
+        lost_after_seconds: float = LOST_WORKER_SECONDS,
+    ) -> int:
         """Cancel pending deliveries by id (guarded: others are left alone); return how many.
 
-        ``audit``: who cancels them, recorded in the audit trail in the same transaction.
+        ``ids`` may be a :class:`DeliveryFilter`: everything matching is walked
+        in id batches. With ``stuck=True``, stuck processing deliveries (see
+        :meth:`release_stuck`) are cancelled too; the worker that may still
+        finish the run loses on its lease token. ``audit``: who cancels them,
+        recorded in the audit trail in the same transaction (after the walk,
+        for a filter).
         """
-        entry = (
-            None if audit is None else audit.entry("cancel", "ids " + ", ".join(map(str, sorted(set(ids)))))
+        target = _target(ids)
+        return await act(
+            self.backend, "cancel", target, audit=audit, stuck=stuck, lost_after_seconds=lost_after_seconds
         )
-        return await self.backend.operate.cancel(list(ids), entry)
+
+    async def retry_now(self, ids: Sequence[int] | DeliveryFilter, *, audit: Actor | None = None) -> int:
+        """Make pending deliveries waiting out a backoff (or a delay) due now; return how many moved.
+
+        Guarded: only deliveries still pending with a future run_at move. The
+        claim order moves with run_at, so priorities keep their meaning, and
+        the workers are woken. ``ids`` may be a :class:`DeliveryFilter`
+        (``condition="retrying"``: those waiting after a failure). ``audit``:
+        as for :meth:`cancel`. See :mod:`eventbus.stuck`.
+        """
+        return await act(self.backend, "retry", _target(ids), audit=audit)
+
+    async def release_stuck(
+        self,
+        ids: Sequence[int] | DeliveryFilter,
+        *,
+        audit: Actor | None = None,
+        lost_after_seconds: float = LOST_WORKER_SECONDS,
+    ) -> int:
+        """Release stuck deliveries as a lease recovery would; return how many moved.
+
+        Stuck: processing with its lease run out, or held by a lost worker (no
+        heartbeat for ``lost_after_seconds``). The attempt counts: back to
+        pending, or dead when it was the last; a worker that still finishes
+        the run is refused (its lease token no longer matches). A delivery
+        under a live lease of a live worker is left alone. ``ids`` may be a
+        :class:`DeliveryFilter` (``condition="stuck"``). ``audit``: as for
+        :meth:`cancel`. See :mod:`eventbus.stuck` for why the attempt counts.
+        """
+        target = _target(ids)
+        return await act(self.backend, "release", target, audit=audit, lost_after_seconds=lost_after_seconds)
 
     # -- spellings of the previous release ---------------------------------------
 
@@ -723,11 +788,23 @@ def _checked_limit(limit: int) -> int:
     return limit
 
 
+def _target(ids: Sequence[int] | DeliveryFilter) -> Sequence[int] | DeliveryFilter:
+    """Ids as given, or a filter checked as every read checks it."""
+    return _checked_filter(ids) if isinstance(ids, DeliveryFilter) else ids
+
+
 def _checked_filter(flt: DeliveryFilter | None) -> DeliveryFilter:
     flt = flt or DeliveryFilter()
     if flt.payload_path is not None and not _PAYLOAD_PATH.match(flt.payload_path):
         raise ConfigurationError(
             f"payload path {flt.payload_path!r}: use field names joined by dots, like customer.id"
+        )
+    implied = {"stuck": "processing", "retrying": "pending"}
+    if flt.condition is not None and flt.condition not in implied:
+        raise ConfigurationError(f"condition must be stuck or retrying, got {flt.condition!r}")
+    if flt.condition is not None and flt.status not in (None, implied[flt.condition]):
+        raise ConfigurationError(
+            f"condition {flt.condition!r} is within status {implied[flt.condition]!r}, not {flt.status!r}"
         )
     if (flt.payload_path is None) != (flt.payload_value is None):
         raise ConfigurationError("a payload filter needs both a path and a value")

@@ -17,6 +17,7 @@ __all__ = [
     "AttemptRecord",
     "ChainDelivery",
     "ChainEvent",
+    "DeliveryCondition",
     "DeliveryDetail",
     "DeliveryFilter",
     "DeliveryId",
@@ -62,6 +63,8 @@ DeliveryId = NewType("DeliveryId", int)
 """The id of one delivery: one event for one subscription."""
 DeliveryStatus = Literal["pending", "processing", "completed", "dead", "cancelled"]
 """Where a delivery is; ``completed``, ``dead`` and ``cancelled`` are terminal."""
+DeliveryCondition = Literal["stuck", "retrying"]
+"""A state within a status the dashboard lists apart (see ``DeliveryFilter.condition``)."""
 StartFrom = Literal["earliest", "latest"]
 """Where a new subscription starts: the retained log from its start, or events published from now on."""
 SubscriptionState = Literal["active", "paused", "removed"]
@@ -139,6 +142,12 @@ class DeliveryDetail(msgspec.Struct, frozen=True):
     """The version the event was published at (``Bus.decode`` upcasts an older one)."""
     priority: int = 0
     """The priority the event was published with (lower runs first)."""
+    lease_until: datetime | None = None
+    """While processing: when the lease runs out unless renewed."""
+    worker_id: str | None = None
+    """The worker that claimed it last."""
+    max_attempts: int | None = None
+    """Its subscription's attempt limit."""
 
 
 class DeliveryFilter(msgspec.Struct, frozen=True):
@@ -170,6 +179,9 @@ class DeliveryFilter(msgspec.Struct, frozen=True):
     error_contains: str | None = None
     payload_contains: str | None = None
     message_pattern: str | None = None
+    condition: DeliveryCondition | None = None
+    """``stuck``: processing with its lease run out; ``retrying``: pending after a
+    failed attempt, waiting out its backoff (attempts above 0, run_at ahead)."""
 
 
 class DeliveryRow(msgspec.Struct, frozen=True):
@@ -190,6 +202,12 @@ class DeliveryRow(msgspec.Struct, frozen=True):
     created_at: datetime
     event_version: int = 1
     """The version the event was published at."""
+    lease_until: datetime | None = None
+    """While processing: when the lease runs out unless renewed."""
+    worker_id: str | None = None
+    """The worker that claimed it last."""
+    max_attempts: int | None = None
+    """Its subscription's attempt limit."""
 
 
 class EventView(msgspec.Struct, frozen=True):
@@ -324,9 +342,9 @@ class StatusDetails(msgspec.Struct, frozen=True):
 class StatusReport(msgspec.Struct, frozen=True):
     """Counts by event type, subscription and status, and the oldest pending age.
 
-    ``rows`` are exact counts over the whole deliveries table; the newer fields
-    come from partial indexes and bounded scans, so they stay fast at millions
-    of rows.
+    ``rows`` are exact counts over the whole deliveries table (unless
+    :attr:`window` says they were bounded); the newer fields come from partial
+    indexes and bounded scans, so they stay fast at millions of rows.
     """
 
     rows: Sequence[StatusRow]
@@ -345,6 +363,12 @@ class StatusReport(msgspec.Struct, frozen=True):
     replica_lag_seconds: float | None = None
     """PostgreSQL with ``read_dsn`` only: how far the replica that answered was behind
     (0 when it had replayed everything it received)."""
+    window: int | None = None
+    """Set by ``status(window=N)``: the completed and cancelled ``rows`` were counted
+    among the newest N deliveries only, and ``events`` no further than N (pending,
+    processing and dead stay exact, from their partial indexes). None: every count is exact."""
+    window_full: bool = False
+    """The window held N deliveries: the completed and cancelled counts are lower bounds."""
 
 
 class ScheduleInfo(msgspec.Struct, frozen=True):

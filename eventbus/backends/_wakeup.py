@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import anyio
 
-__all__ = ["SWEEP", "Waker"]
+__all__ = ["SWEEP", "QuietFeed", "Waker", "WakerFeed"]
 
 SWEEP = "*"
 """Pseudo event type: wake every subscription."""
@@ -29,3 +31,51 @@ class Waker:
         woken, self._pending = self._pending, set()
         self._wake = anyio.Event()
         return woken
+
+
+class _Source(Protocol):
+    healthy: bool
+    reconnects: int
+
+    async def run(self) -> None: ...
+
+    async def wait(self, timeout: float) -> set[str]: ...
+
+
+class WakerFeed:
+    """A :class:`~eventbus.backends.ports.ChangeFeed` over a wake-up source of its own (a LISTEN connection).
+
+    The sweep a source asks for when it first connects is no change: it is
+    left out. The sweep after a reconnect is one (hints may have been lost).
+    """
+
+    def __init__(self, source: _Source) -> None:
+        self.source = source
+
+    @property
+    def healthy(self) -> bool:
+        return self.source.healthy
+
+    async def run(self) -> None:
+        await self.source.run()
+
+    async def changed(self, timeout: float) -> bool:
+        with anyio.move_on_after(max(timeout, 0.0)):
+            while True:
+                woken = await self.source.wait(timeout)
+                if woken and (woken != {SWEEP} or self.source.reconnects > 0):
+                    return True
+        return False
+
+
+class QuietFeed:
+    """A change feed with no source (PostgreSQL behind a transaction pooler, no LISTEN): it never hints."""
+
+    healthy = True
+
+    async def run(self) -> None:
+        await anyio.sleep_forever()
+
+    async def changed(self, timeout: float) -> bool:
+        await anyio.sleep(max(timeout, 0.0))
+        return False

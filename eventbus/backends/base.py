@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from .ports import (
     ALL_CHILDREN,
+    ChangeFeed,
     ClaimedDelivery,
     Completion,
     DeliveryStore,
@@ -56,6 +57,7 @@ from .ports import (
 __all__ = [
     "ALL_CHILDREN",
     "Backend",
+    "ChangeFeed",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

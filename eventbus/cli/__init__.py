@@ -30,6 +30,7 @@ from .dlq import dlq
 from .observe import metrics_options, print_status, prune, start_metrics, trace
 from .pull import COMMANDS as PULL_COMMANDS
 from .schedule import schedule
+from .stuck import stuck
 from .subscriptions import subscriptions, unserved_note
 from .workflow import workflow
 
@@ -283,6 +284,7 @@ cli.add_command(trace)
 cli.add_command(prune)
 cli.add_command(dashboard)
 cli.add_command(audit)
+cli.add_command(stuck)
 for command in PULL_COMMANDS:
     cli.add_command(command)
 

@@ -94,6 +94,13 @@ def _log_actions() -> None:
     help="Trust X-Forwarded-For/-Proto from these proxy addresses (comma-separated); default: from none.",
 )
 @click.option("--trace-url", help="Link for an event's trace id, with {trace_id} in it.")
+@click.option(
+    "--live-fallback",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds without a change hint from the database after which open pages compare the status anyway.",
+)
 @click.pass_obj
 def dashboard(
     obj: Obj,
@@ -105,6 +112,7 @@ def dashboard(
     allowed_hosts: tuple[str, ...],
     forwarded_allow_ips: str | None,
     trace_url: str | None,
+    live_fallback: float,
 ) -> None:
     """Serve the dashboard of APP (module:bus, for its machines) or of --dsn on http://HOST:PORT."""
     if not _extra_installed():
@@ -123,7 +131,15 @@ def dashboard(
         err=True,
     )
     _log_actions()
-    asgi = create_app(bus, token, trace_url=trace_url, close_bus=True, operator=operator, allowed_hosts=hosts)
+    asgi = create_app(
+        bus,
+        token,
+        trace_url=trace_url,
+        close_bus=True,
+        operator=operator,
+        allowed_hosts=hosts,
+        live_fallback=live_fallback,
+    )
     # Open event streams would hold a graceful shutdown for minutes: give them a second.
     uvicorn.run(
         asgi,

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..bus import MAX_INSPECT_ROWS, Bus
 from ..errors import ConfigurationError, EventBusError, NotFound
 from ..triage import DEFAULT_SAMPLE, MAX_SAMPLE
-from . import _actions, _audit, _charts, _live, _pages, _triage
+from . import _actions, _audit, _charts, _live, _pages, _stuck, _triage
 from ._guard import Guard, Refused
 from ._render import Pages
 
@@ -46,6 +46,7 @@ def create_app(
     title: str = "eventbus",
     trace_url: str | None = None,
     live_interval: float = 1.0,
+    live_fallback: float = _live.DEFAULT_FALLBACK_SECONDS,
     page_size: int = 50,
     count_cap: int = 10_000,
     close_bus: bool = False,
@@ -59,7 +60,11 @@ def create_app(
         same-origin POST carrying it. Without one the dashboard is read-only.
     :param trace_url: a link template for an event's trace id, e.g.
         ``https://traces.example/trace/{trace_id}``.
-    :param live_interval: seconds between the looks at the status behind the live updates.
+    :param live_interval: a page's panels refresh at most once in this many seconds.
+    :param live_fallback: seconds without a change hint from the bus (a
+        NOTIFY on PostgreSQL, a commit to the file on SQLite) after which the
+        status is compared anyway, once for every open page: what sends no
+        hint (a completion, a worker going silent) shows within it.
     :param page_size: rows per page of the lists (at most 999: a page reads one row more).
     :param count_cap: counts stop there and show as ``10,000+``, so pages stay fast on big tables.
     :param close_bus: close ``bus`` when the application shuts down.
@@ -72,8 +77,9 @@ def create_app(
     :param triage_sample: the newest matching deliveries the triage page
         groups at most; past it, its counts are shown as lower bounds.
     """
-    if live_interval <= 0:
-        raise ConfigurationError(f"live_interval must be positive, got {live_interval}")
+    if not (live_interval > 0 and live_fallback > 0):
+        given = f"{live_interval}, {live_fallback}"
+        raise ConfigurationError(f"live_interval and live_fallback must be positive, got {given}")
     if not 1 <= triage_sample <= MAX_SAMPLE:
         raise ConfigurationError(f"triage_sample must be 1 to {MAX_SAMPLE}, got {triage_sample}")
     if not 1 <= page_size < MAX_INSPECT_ROWS or count_cap < 1:
@@ -98,11 +104,12 @@ def create_app(
 
     routes = [
         *_pages.routes(pages),
+        *_stuck.routes(pages),
         *_actions.routes(pages),
         *_triage.routes(pages),
         *_audit.routes(pages),
         *_charts.routes(pages),
-        Route("/live", _live.endpoint(pages, live_interval)),
+        Route("/live", _live.endpoint(_live.Fanout(bus, live_fallback, count_cap), live_interval)),
         Mount("/static", StaticFiles(packages=[("eventbus.web", "static")]), name="static"),
     ]
     handlers: dict[type[Exception], Handler] = {

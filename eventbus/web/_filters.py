@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from ..errors import ConfigurationError, NotFound
-from ..types import DeliveryFilter, DeliveryStatus
+from ..types import DeliveryCondition, DeliveryFilter, DeliveryStatus
 
 __all__ = [
+    "CONDITIONS",
     "STATUSES",
     "dead_filter",
     "delivery_filter",
@@ -20,9 +21,10 @@ __all__ = [
 ]
 
 STATUSES = ("pending", "processing", "completed", "dead", "cancelled")
+CONDITIONS = ("stuck", "retrying")
 DELIVERY_FIELDS = (
     "subscription", "status", "event_type", "event_id", "key", "correlation_id",
-    "since", "until", "payload_path", "payload_value",
+    "since", "until", "payload_path", "payload_value", "condition",
 )  # fmt: skip
 DEAD_FIELDS = ("subscription", "event_type", "since")
 MAX_ID = 2**63 - 1
@@ -74,6 +76,9 @@ def delivery_filter(values: Mapping[str, Any]) -> DeliveryFilter:
     status = text_field(values, "status")
     if status is not None and status not in STATUSES:
         raise ConfigurationError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    condition = text_field(values, "condition")
+    if condition is not None and condition not in CONDITIONS:
+        raise ConfigurationError(f"condition must be stuck or retrying, got {condition!r}")
     return DeliveryFilter(
         subscription=text_field(values, "subscription"),
         status=cast(DeliveryStatus | None, status),
@@ -85,6 +90,7 @@ def delivery_filter(values: Mapping[str, Any]) -> DeliveryFilter:
         until=_time(values, "until"),
         payload_path=text_field(values, "payload_path"),
         payload_value=text_field(values, "payload_value"),
+        condition=cast(DeliveryCondition | None, condition),
     )
 
 

@@ -15,6 +15,7 @@ from ..types import ChainEvent, DeliveryFilter, DeliveryRow, StatusReport, trace
 from ..workflows import diagram
 from . import _filters as f
 from ._render import STALE_WORKER_SECONDS, Pages, capped, pretty_json
+from ._stuck import timings
 
 __all__ = ["routes"]
 
@@ -26,7 +27,7 @@ PAYLOAD_SHOWN_BYTES = 64 * 1024
 
 def routes(p: Pages) -> list[Route]:
     async def overview(request: Request) -> Response:
-        return p.render(request, "overview.html", **overview_values(await p.bus.status()))
+        return p.render(request, "overview.html", **overview_values(await p.bus.status(window=p.count_cap)))
 
     async def deliveries(request: Request) -> Response:
         q = request.query_params
@@ -34,8 +35,9 @@ def routes(p: Pages) -> list[Route]:
             p, f.delivery_filter(q), f.query_of(q, f.DELIVERY_FIELDS), f.int_field(q, "before")
         )
         return p.render(
-            request, "deliveries.html", **page, statuses=f.STATUSES, subscriptions=await _names(p)
-        )
+            request, "deliveries.html", **page, statuses=f.STATUSES, subscriptions=await _names(p),
+            conditions=f.CONDITIONS, timing=await timings(p, page["rows"]),
+        )  # fmt: skip
 
     async def event(request: Request) -> Response:
         event_id = f.path_id(request.path_params["event_id"], "event")
@@ -181,4 +183,4 @@ def _trace_link(template: str | None, trace: str | None) -> tuple[str, str | Non
 
 
 async def _names(p: Pages) -> list[str]:
-    return [s.name for s in await p.bus.list_subscriptions()]
+    return await p.bus.subscription_names()

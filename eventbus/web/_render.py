@@ -8,6 +8,7 @@ from typing import Any
 
 import jinja2
 import orjson
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -41,6 +42,9 @@ FLASHES = {
     "schedule-resume": "schedule resumed",
     "schedule-trigger": "schedule triggered: it fires at the next tick",
     "triage-cancel": "cancel: {n} failing deliveries",
+    "stuck-retry": "retry now: {n} delivery(ies) due now",
+    "stuck-release": "released: {n} delivery(ies)",
+    "stuck-cancel": "cancelled: {n} delivery(ies)",
 }
 """The messages an action may leave for the page it returns to, by code (``?flash=replay&n=3``)."""
 
@@ -68,10 +72,14 @@ def pretty_json(data: bytes) -> str:
         return data.decode("utf-8", "replace")
 
 
-def when(value: datetime | None) -> str:
+def when(value: datetime | None) -> Markup | str:
+    """A ``<time>`` with the UTC time as text: the browser's script shows it in its own time zone."""
     if value is None:
         return "—"
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    utc = value.astimezone(UTC)
+    return Markup('<time datetime="{}">{}</time>').format(
+        utc.strftime("%Y-%m-%dT%H:%M:%SZ"), utc.strftime("%Y-%m-%d %H:%M:%S")
+    )
 
 
 def seconds(value: float | None) -> str:

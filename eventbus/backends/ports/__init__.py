@@ -15,6 +15,7 @@ The docstrings are the contract; ``tests/contract/<port>/`` tests it on every ba
 """
 
 from .delivery import (
+    ChangeFeed,
     ClaimedDelivery,
     Completion,
     DeliveryStore,
@@ -57,6 +58,7 @@ __all__ = [
     "EFFECT_JSON",
     "ENDED_STATUSES",
     "AuditBatch",
+    "ChangeFeed",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

@@ -16,6 +16,7 @@ from ...errors import BackendError
 from ...types import DeliveryId, EventId, PublishResult, StartFrom
 
 __all__ = [
+    "ChangeFeed",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",
@@ -420,4 +421,35 @@ class Wakeups(Protocol):
 
     def wake_local(self, event_types: set[str]) -> None:
         """Wake this process's waiting worker for ``event_types``."""
+        ...
+
+    def observe(self) -> ChangeFeed:
+        """A new, separate feed of "something may have changed", for a watcher such as the dashboard.
+
+        It has its own source (on PostgreSQL its own LISTEN connection, on
+        SQLite its own look at the file's commit counter), so it never takes a
+        wake-up from the worker's :meth:`wait`.
+        """
+        ...
+
+
+class ChangeFeed(Protocol):
+    """Hints that the bus's tables may have changed: new events, releases, replays, other writers' commits.
+
+    A hint, never a promise, and not every write sends one (a delivery's
+    completion does not, on PostgreSQL): a watcher also looks itself now and
+    then.
+    """
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the feed's source is up (its LISTEN connection, or its look at the file)."""
+        ...
+
+    async def run(self) -> None:
+        """Keep the source alive until cancelled."""
+        ...
+
+    async def changed(self, timeout: float) -> bool:
+        """True as soon as a hint arrived since the last call, False after ``timeout`` without one."""
         ...

@@ -19,13 +19,51 @@ class Operator(Protocol):
         """Delete dead deliveries and their attempt history; returns how many."""
         ...
 
-    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+    async def cancel(
+        self,
+        ids: Sequence[int],
+        audit: dict[str, Any] | None = None,
+        lost_after_seconds: float | None = None,
+    ) -> int:
         """Pending -> cancelled; returns how many moved.
+
+        With ``lost_after_seconds``, stuck processing deliveries are cancelled
+        too (as :meth:`release_stuck` tells them): their lease token is
+        cleared, so the worker that may still finish the run loses on it.
 
         ``audit``: an audit row (as :meth:`record_audit` takes, but its count)
         written in the same transaction with the count moved; the same for the
         subscription moves (1 or 0 for a pause or resume, the deliveries
-        cancelled for a removal).
+        cancelled for a removal) and for :meth:`retry_now` and :meth:`release_stuck`.
+        """
+        ...
+
+    async def retry_now(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        """Pending deliveries waiting for their run_at (a backoff, a delay) become due now.
+
+        Guarded: only rows still pending with a run_at in the future move; due
+        ones and every other state are left alone. The place in the claim order
+        moves with run_at, so priorities keep their meaning; the subscriptions'
+        workers are woken as by a publish. Returns how many moved.
+        """
+        ...
+
+    async def release_stuck(
+        self,
+        ids: Sequence[int],
+        lost_after_seconds: float,
+        message: str,
+        audit: dict[str, Any] | None = None,
+    ) -> int:
+        """Stuck processing deliveries go back as a lease recovery moves them; returns how many.
+
+        Stuck: the lease ran out, or the worker holding it is lost (no
+        heartbeat for ``lost_after_seconds`` by the store's clock, or no
+        worker row). The attempt counts: back to pending with run_at kept, or
+        dead when out of attempts; the history records ``Released`` with
+        ``message``. The lease token is cleared, so the worker, should it
+        still finish, is refused by the token guard. A processing delivery
+        under a live lease of a live worker is left alone.
         """
         ...
 

@@ -32,7 +32,7 @@ from ...types import (
     WorkerRow,
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, rollup_buckets, subscriptions_of
-from .._rows import row_as, rows_as
+from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
 from ..ports import RollupBucket
 from ._db import PgDb
@@ -42,15 +42,28 @@ __all__ = ["PgInspector"]
 
 
 def filter_args(flt: DeliveryFilter) -> list[Any]:
-    """The fourteen positional parameters every filtered delivery query shares."""
+    """The fourteen positional parameters every filtered delivery query shares.
+
+    The second is the status, or the condition within one that the filter
+    asks for (``stuck``, ``retrying``: it names its status itself).
+    """
     path = flt.payload_path.split(".") if flt.payload_path else None
     ids = None if flt.ids is None else list(flt.ids)
     return [
-        flt.subscription, flt.status, flt.event_type, flt.event_id, flt.key,
+        flt.subscription, flt.condition or flt.status, flt.event_type, flt.event_id, flt.key,
         flt.correlation_id, flt.since, flt.until, path, flt.payload_value, ids,
         contains_like(flt.error_contains), message_like(flt.message_pattern),
         contains_like(flt.payload_contains),
     ]  # fmt: skip
+
+
+def _twin(flt: DeliveryFilter, plain: str, dead: str, stuck: str, retrying: str) -> str:
+    """The query that reads ``flt``'s rows through their own index: dead letters through
+    deliveries_dead, stuck ones through deliveries_lease_until, retrying ones among the pending;
+    ``plain`` (a walk of the primary key) otherwise."""
+    if flt.condition is not None:
+        return stuck if flt.condition == "stuck" else retrying
+    return dead if flt.status == "dead" else plain
 
 
 def detail_of(row: asyncpg.Record, history: Sequence[AttemptRecord] = ()) -> DeliveryDetail:
@@ -85,16 +98,20 @@ class PgInspector:
             await conn.execute(self._readonly_settings)  # both SET LOCALs in one round trip
             yield conn
 
-    async def status(self) -> StatusReport:
+    async def status(self, window: int | None = None) -> StatusReport:
         """Counts by subscription and status, the oldest runnable age, workers, subscriptions."""
         async with self._read("status") as conn:
-            rows = await conn.fetch(self.q["status"])
+            if window is None:
+                rows = await conn.fetch(self.q["status"])
+                events = await conn.fetchval(self.q["status_events"])
+            else:
+                rows = await conn.fetch(self.q["status_recent"], window)
+                events = await conn.fetchval(self.q["status_events_capped"], window)
             oldest = await conn.fetchval(self.q["status_oldest_pending"])
-            events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
             subscriptions = await conn.fetch(self.q["subscriptions"])
             lag = None if self.reads is None else await conn.fetchval(self.q["replica_lag"])
-        return StatusReport(
+        report = StatusReport(
             rows=rows_as(StatusRow, rows),
             oldest_pending_seconds=oldest,
             events=events,
@@ -102,12 +119,17 @@ class PgInspector:
             subscriptions=rows_as(SubscriptionInfo, subscriptions),
             replica_lag_seconds=lag,
         )
+        return report if window is None else windowed(report, report.rows, window)
 
     async def subscriptions(self) -> list[SubscriptionInfo]:
         """Every recorded subscription by name, with its state and backlog."""
         async with self._read("list subscriptions") as conn:
             rows = await conn.fetch(self.q["subscriptions"])
         return rows_as(SubscriptionInfo, rows)
+
+    async def subscription_names(self) -> list[str]:
+        async with self._read("list subscription names") as conn:
+            return [r[0] for r in await conn.fetch(self.q["subscription_names"])]
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
@@ -128,19 +150,20 @@ class PgInspector:
             deliveries = await conn.fetch(self.q["chain_deliveries"], [e["id"] for e in events])
         return chain_of(events, deliveries)
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         """Event types, queues, tables and the xmin horizon, from bounded reads only."""
+        cap, newest = (COUNT_CAP, RECENT_WINDOW) if window is None else (window, window)
         async with self.db.conn() as conn:  # the primary's own statistics, even with a replica
-            types = await conn.fetch(self.q["health_event_types"], COUNT_CAP)
-            versions = await conn.fetch(self.q["health_event_versions"], COUNT_CAP)
+            types = await conn.fetch(self.q["health_event_types"], cap)
+            versions = await conn.fetch(self.q["health_event_versions"], cap)
             subs = await conn.fetch(self.q["health_subscriptions"])
-            recent = await conn.fetch(self.q["health_completed_recent"], RECENT_WINDOW)
+            recent = await conn.fetch(self.q["health_completed_recent"], newest)
             tables = await conn.fetch(self.q["health_tables"], self.db.schema)
             horizon = await conn.fetchrow(self.q["health_horizon"])
             last_prune = await conn.fetchval(self.q["health_last_prune"])
         return StatusDetails(
-            event_types=event_types_of(types, versions),
-            queues=subscriptions_of(subs, recent),
+            event_types=event_types_of(types, versions, cap),
+            queues=subscriptions_of(subs, recent, newest),
             tables=rows_as(TableHealth, tables),
             horizon=None if horizon is None else row_as(HorizonHolder, horizon),
             last_prune_at=last_prune,
@@ -150,16 +173,26 @@ class PgInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         """Deliveries matching ``flt``, newest first, below ``before_id`` (see ``Inspector.find``)."""
-        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
-        query = self.q["find_deliveries_dead"] if dead else self.q["find_deliveries"]
+        query = _twin(
+            flt,
+            self.q["find_deliveries"],
+            self.q["find_deliveries_dead"],
+            self.q["find_deliveries_stuck"],
+            self.q["find_deliveries_retrying"],
+        )
         async with self._readonly("listing deliveries") as conn:
             rows = await conn.fetch(query, *filter_args(flt), before_id, limit)
         return rows_as(DeliveryRow, rows)
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         """How many deliveries match ``flt``, counting no further than ``cap + 1``."""
-        dead = flt.status == "dead"
-        query = self.q["count_deliveries_dead"] if dead else self.q["count_deliveries"]
+        query = _twin(
+            flt,
+            self.q["count_deliveries"],
+            self.q["count_deliveries_dead"],
+            self.q["count_deliveries_stuck"],
+            self.q["count_deliveries_retrying"],
+        )
         async with self._readonly("counting deliveries") as conn:
             return int(await conn.fetchval(query, *filter_args(flt), cap + 1))
 
@@ -171,7 +204,13 @@ class PgInspector:
         Dead letters are walked through their partial index, everything else
         along the primary key; a ``listing`` may be read from the replica.
         """
-        query = self.q["delivery_ids_dead"] if flt.status == "dead" else self.q["delivery_ids"]
+        query = _twin(
+            flt,
+            self.q["delivery_ids"],
+            self.q["delivery_ids_dead"],
+            self.q["delivery_ids_stuck"],
+            self.q["delivery_ids_retrying"],
+        )
         connect = self._read if listing else self.db.conn
         async with connect("listing delivery ids") as conn, conn.transaction():
             await conn.execute(self.q["inspect_custom_plans"])

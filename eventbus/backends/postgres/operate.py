@@ -37,12 +37,43 @@ class PgOperator:
         async with self.db.conn("purge") as conn:
             return int(await conn.fetchval(self.q["purge"], list(ids)))
 
-    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
-        """Pending -> cancelled; returns how many moved (and writes ``audit`` with it)."""
+    async def cancel(
+        self,
+        ids: Sequence[int],
+        audit: dict[str, Any] | None = None,
+        lost_after_seconds: float | None = None,
+    ) -> int:
+        """Pending (and, given ``lost_after_seconds``, stuck) -> cancelled; returns how many moved."""
         async with self.db.tx("cancel") as conn:
-            rows = await conn.fetch(self.q["cancel"], list(ids))
+            if lost_after_seconds is None:
+                rows = await conn.fetch(self.q["cancel"], list(ids))
+            else:
+                rows = await conn.fetch(self.q["cancel_stuck"], list(ids), lost_after_seconds)
             await self._audit(conn, audit, len(rows))
         return len(rows)
+
+    async def retry_now(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        """Waiting pending -> due now, waking the subscriptions' workers (see ``Operator.retry_now``)."""
+        async with self.db.tx("retry now") as conn:
+            row = await conn.fetchrow(self.q["retry_now"], list(ids), self.db.channel)
+            moved = int(row["moved"])
+            await self._audit(conn, audit, moved)
+        return moved
+
+    async def release_stuck(
+        self,
+        ids: Sequence[int],
+        lost_after_seconds: float,
+        message: str,
+        audit: dict[str, Any] | None = None,
+    ) -> int:
+        """Stuck processing -> pending or dead, as a lease recovery (see ``Operator.release_stuck``)."""
+        async with self.db.tx("release stuck") as conn:
+            query = self.q["release_stuck"]
+            row = await conn.fetchrow(query, list(ids), self.db.channel, lost_after_seconds, message)
+            moved = int(row["released"])
+            await self._audit(conn, audit, moved)
+        return moved
 
     async def pause_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
         """Active -> paused (see ``Operator.pause_subscription``)."""

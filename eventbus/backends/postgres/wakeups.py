@@ -6,7 +6,8 @@ import logging
 
 import anyio
 
-from .._wakeup import SWEEP, Waker
+from .._wakeup import SWEEP, QuietFeed, Waker, WakerFeed
+from ..ports import ChangeFeed
 from ._listener import PostgresListener
 
 __all__ = ["PgWakeups", "PollingWaker"]
@@ -83,3 +84,13 @@ class PgWakeups:
     def wake_local(self, event_types: set[str]) -> None:
         """Wake this process's worker without a round trip to the database."""
         self.listener.push(event_types)
+
+    def observe(self) -> ChangeFeed:
+        """A feed of changes over a LISTEN connection of its own (see ``Wakeups.observe``).
+
+        Without ``listen_dsn`` there is nothing to listen on: the feed stays
+        quiet and the watcher's own looks find the changes.
+        """
+        if isinstance(self.listener, PostgresListener):
+            return WakerFeed(PostgresListener(self.listener.dsn, self.listener.channel))
+        return QuietFeed()

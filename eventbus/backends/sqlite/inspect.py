@@ -31,7 +31,7 @@ from ...types import (
     WorkerRow,
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, rollup_buckets, subscriptions_of
-from .._rows import row_as, rows_as
+from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
 from ..ports import RollupBucket
 from ._db import SQLiteDb
@@ -52,9 +52,9 @@ class SQLiteInspector:
     def __init__(self, db: SQLiteDb) -> None:
         self._db = db
 
-    async def status(self) -> StatusReport:
+    async def status(self, window: int | None = None) -> StatusReport:
         q = self._db.q
-        return await self._db.read(lambda c: _status(c, q))
+        return await self._db.read(lambda c: _status(c, q, window))
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
         found = await self._db.fetch("detail", {"id": delivery_id})
@@ -66,13 +66,16 @@ class SQLiteInspector:
     async def subscriptions(self) -> list[SubscriptionInfo]:
         return rows_as(SubscriptionInfo, await self._db.fetch("subscriptions"))
 
+    async def subscription_names(self) -> list[str]:
+        return [r[0] for r in await self._db.fetch("subscription_names")]
+
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
         q = self._db.q
         return await self._db.read(lambda c: _chain(c, q, event_id, limit))
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         q = self._db.q
-        return await self._db.read(lambda c: _health(c, q))
+        return await self._db.read(lambda c: _health(c, q, window))
 
     async def rollup(
         self, since: int, step_seconds: int, subscription: str | None = None
@@ -85,14 +88,24 @@ class SQLiteInspector:
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
     ) -> list[DeliveryRow]:
         params = {**filter_params(flt, before_id), "limit": limit}
-        dead = flt.status == "dead"  # the twin reads the dead-letter partial index alone
-        query = self._db.q["find_deliveries_dead"] if dead else self._db.q["find_deliveries"]
+        q, twin = self._db.q, _twin(flt)  # a twin reads its rows' own index alone
+        query = (
+            q["find_deliveries_dead"] if twin == "dead"
+            else q["find_deliveries_stuck"] if twin == "stuck"
+            else q["find_deliveries_retrying"] if twin == "retrying"
+            else q["find_deliveries"]
+        )  # fmt: skip
         return rows_as(DeliveryRow, await self._bounded(query, params))
 
     async def count(self, flt: DeliveryFilter, cap: int) -> int:
         params = {**filter_params(flt), "cap": cap + 1}
-        dead = flt.status == "dead"
-        query = self._db.q["count_deliveries_dead"] if dead else self._db.q["count_deliveries"]
+        q, twin = self._db.q, _twin(flt)
+        query = (
+            q["count_deliveries_dead"] if twin == "dead"
+            else q["count_deliveries_stuck"] if twin == "stuck"
+            else q["count_deliveries_retrying"] if twin == "retrying"
+            else q["count_deliveries"]
+        )  # fmt: skip
         return int((await self._bounded(query, params))[0][0])
 
     async def event(self, event_id: int) -> EventView:
@@ -103,11 +116,23 @@ class SQLiteInspector:
         self, flt: DeliveryFilter, limit: int, after_id: int = 0, *, listing: bool = False
     ) -> list[DeliveryId]:
         params = {**filter_params(flt), "after_id": after_id, "limit": limit}
-        found = await self._db.fetch("delivery_ids_dead" if flt.status == "dead" else "delivery_ids", params)
+        twin = _twin(flt)
+        found = await self._db.fetch(
+            "delivery_ids_dead" if twin == "dead"
+            else "delivery_ids_stuck" if twin == "stuck"
+            else "delivery_ids_retrying" if twin == "retrying"
+            else "delivery_ids",
+            params,
+        )  # fmt: skip
         return [DeliveryId(int(r[0])) for r in found]
 
     async def _bounded(self, sql: str, params: dict[str, Any]) -> list[sqlite3.Row]:
         return await self._db.read(bounded(lambda c: c.execute(sql, params).fetchall()))
+
+
+def _twin(flt: DeliveryFilter) -> str:
+    """Which twin of a filtered read serves ``flt``: its condition's, the dead letters', or none."""
+    return flt.condition or ("dead" if flt.status == "dead" else "")
 
 
 def bounded(body: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
@@ -150,6 +175,8 @@ def filter_params(flt: DeliveryFilter, before_id: int | None = None) -> dict[str
         "error_like": contains_like(flt.error_contains),
         "message_like": message_like(flt.message_pattern),
         "payload_like": contains_like(flt.payload_contains),
+        "condition": flt.condition,
+        "now": time.time(),
     }
 
 
@@ -165,14 +192,20 @@ def detail_of(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> Delive
     return row_as(DeliveryDetail, row, json=("headers",), history=history)
 
 
-def _status(c: sqlite3.Connection, q: Queries) -> StatusReport:
-    return StatusReport(
-        rows=rows_as(StatusRow, c.execute(q["status"])),
+def _status(c: sqlite3.Connection, q: Queries, window: int | None) -> StatusReport:
+    if window is None:
+        rows, events = c.execute(q["status"]), c.execute(q["status_events"])
+    else:
+        rows = c.execute(q["status_recent"], {"window": window})
+        events = c.execute(q["status_events_capped"], {"window": window})
+    report = StatusReport(
+        rows=rows_as(StatusRow, rows),
         oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
-        events=c.execute(q["status_events"]).fetchone()[0],
+        events=events.fetchone()[0],
         workers=rows_as(WorkerRow, c.execute(q["status_workers"])),
         subscriptions=rows_as(SubscriptionInfo, c.execute(q["subscriptions"])),
     )
+    return report if window is None else windowed(report, report.rows, window)
 
 
 def _event(conn: sqlite3.Connection, q: Queries, event_id: int) -> EventView:
@@ -208,15 +241,16 @@ def _chain(conn: sqlite3.Connection, q: Queries, event_id: int, limit: int) -> l
     return chain_of(events, [_timed(r, "updated_at") for r in deliveries])
 
 
-def _health(conn: sqlite3.Connection, q: Queries) -> StatusDetails:
+def _health(conn: sqlite3.Connection, q: Queries, window: int | None) -> StatusDetails:
+    cap, newest = (COUNT_CAP, RECENT_WINDOW) if window is None else (window, window)
     now = conn.execute(q["now"]).fetchone()[0]
-    types = conn.execute(q["health_event_types"], {"cap": COUNT_CAP}).fetchall()
-    versions = conn.execute(q["health_event_versions"], {"cap": COUNT_CAP}).fetchall()
+    types = conn.execute(q["health_event_types"], {"cap": cap}).fetchall()
+    versions = conn.execute(q["health_event_versions"], {"cap": cap}).fetchall()
     subs = [_timed(r, "last_seen_at") for r in conn.execute(q["health_subscriptions"], {"now": now})]
-    recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": RECENT_WINDOW}).fetchall()
+    recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": newest}).fetchall()
     last = conn.execute(q["health_last_prune"]).fetchone()
     return StatusDetails(
-        event_types=event_types_of(types, versions),
-        queues=subscriptions_of(subs, recent),
+        event_types=event_types_of(types, versions, cap),
+        queues=subscriptions_of(subs, recent, newest),
         last_prune_at=None if last is None else to_time(last[0]),
     )

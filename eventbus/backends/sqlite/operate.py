@@ -41,10 +41,35 @@ class SQLiteOperator:
             return 0
         return await self._db.write(purge, ids)
 
-    async def cancel(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+    async def cancel(
+        self,
+        ids: Sequence[int],
+        audit: dict[str, Any] | None = None,
+        lost_after_seconds: float | None = None,
+    ) -> int:
         if not ids and audit is None:
             return 0
-        return await self._db.write(cancel, ids, audit)
+        return await self._db.write(cancel, ids, audit, lost_after_seconds)
+
+    async def retry_now(self, ids: Sequence[int], audit: dict[str, Any] | None = None) -> int:
+        if not ids and audit is None:
+            return 0
+        moved, types = await self._db.write(retry_now, ids, audit)
+        self._db.wake(types)  # other processes see the commit (data_version)
+        return moved
+
+    async def release_stuck(
+        self,
+        ids: Sequence[int],
+        lost_after_seconds: float,
+        message: str,
+        audit: dict[str, Any] | None = None,
+    ) -> int:
+        if not ids and audit is None:
+            return 0
+        moved, types = await self._db.write(release_stuck, ids, lost_after_seconds, message, audit)
+        self._db.wake(types)
+        return moved
 
     async def pause_subscription(self, name: str, audit: dict[str, Any] | None = None) -> bool:
         return await self._db.write(move_audited, name, "paused", ("active",), audit) is not None
@@ -93,13 +118,57 @@ def purge(conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int]) 
 
 
 def cancel(
-    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], audit: dict[str, Any] | None
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    ids: Sequence[int],
+    audit: dict[str, Any] | None,
+    lost_after_seconds: float | None = None,
 ) -> int:
-    """Pending -> cancelled among ``ids``, with the action's audit row when given."""
-    moved = len(rows(conn, q["cancel"], {"ids": ids_json(ids), "now": now}))
-    if audit is not None:
-        record_audit(conn, q, now, {**audit, "count": moved})
+    """Pending (and, given ``lost_after_seconds``, stuck) -> cancelled among ``ids``, with the audit row."""
+    params = {"ids": ids_json(ids), "now": now, "lost_after": lost_after_seconds}
+    moved = len(rows(conn, q["cancel" if lost_after_seconds is None else "cancel_stuck"], params))
+    _audit(conn, q, now, audit, moved)
     return moved
+
+
+def retry_now(
+    conn: sqlite3.Connection, q: Queries, now: float, ids: Sequence[int], audit: dict[str, Any] | None
+) -> tuple[int, set[str]]:
+    """Waiting pending -> due now among ``ids``; how many moved and the event types to wake."""
+    moved = rows(conn, q["retry_now"], {"ids": ids_json(ids), "now": now})
+    _audit(conn, q, now, audit, len(moved))
+    return len(moved), event_types_of(conn, q, {int(r[0]) for r in moved})
+
+
+def release_stuck(
+    conn: sqlite3.Connection,
+    q: Queries,
+    now: float,
+    ids: Sequence[int],
+    lost_after_seconds: float,
+    message: str,
+    audit: dict[str, Any] | None,
+) -> tuple[int, set[str]]:
+    """Stuck processing -> pending or dead among ``ids``, the attempt recorded as ``Released``."""
+    params = {"ids": ids_json(ids), "now": now, "lost_after": lost_after_seconds, "message": message}
+    moved = rows(conn, q["release_stuck"], params)
+    conn.executemany(q["release_record"], [
+        {"delivery_id": r["id"], "attempt": r["attempts"], "worker_id": r["worker_id"],
+         "message": message, "now": now}
+        for r in moved
+    ])  # fmt: skip
+    _audit(conn, q, now, audit, len(moved))
+    woken = {int(r["subscription_id"]) for r in moved if r["status"] == "pending"}
+    return len(moved), event_types_of(conn, q, woken)
+
+
+def _audit(
+    conn: sqlite3.Connection, q: Queries, now: float, audit: dict[str, Any] | None, count: int
+) -> None:
+    """The action's audit row with its count, in its transaction (nothing without one)."""
+    if audit is not None:
+        record_audit(conn, q, now, {**audit, "count": count})
 
 
 def move_audited(

@@ -11,6 +11,7 @@ import re
 import socket
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import anyio
@@ -21,6 +22,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from eventbus import Bus
 from eventbus.types import DeliveryFilter
 
+from ...support.helpers import OrderPlaced
 from ...support.processes import ProcessGroup
 from ._data import drain_orders, pay, state
 from .conftest import OPERATOR, TOKEN
@@ -38,9 +40,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _serve(group: ProcessGroup, env: dict[str, str], token: str | None) -> str:
+async def _serve(group: ProcessGroup, env: dict[str, str], token: str | None, *options: str) -> str:
     port = _free_port()
-    cmd = [EVENTBUS, "dashboard", "tests.apps.web_app:bus", "--port", str(port)]
+    cmd = [EVENTBUS, "dashboard", "tests.apps.web_app:bus", "--port", str(port), *options]
     proc = group.spawn(cmd + (["--token", token] if token else []), env, "dashboard")
     url = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient() as client:
@@ -77,8 +79,8 @@ async def browser(serve) -> AsyncIterator[Browser]:
 async def serve(target, seeded: Bus, tmp_path: Path) -> AsyncIterator:
     group = ProcessGroup(tmp_path)
 
-    async def start(token: str | None) -> str:
-        return await _serve(group, target.env(), token)
+    async def start(token: str | None, *options: str) -> str:
+        return await _serve(group, target.env(), token, *options)
 
     yield start
     await group.aclose()
@@ -115,7 +117,7 @@ async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_ki
         await _shot(page, name, backend_kind)
     assert errors == []
     await expect(page.locator("#live-dot")).to_have_class(re.compile("on"))
-    # The refresh stamp is UTC, as every time on the page: 04:05:06, not the browser's 4:05:06 AM.
+    # The refresh stamp is local time as every time on the page, 24-hour: 16:05:06, not 4:05:06 PM.
     await expect(page.locator("#live-stamp")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d$"))
 
 
@@ -172,22 +174,177 @@ async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> 
     assert row.status == "approved" and row.reason == "ok by me" and row.decided_by == OPERATOR
 
 
-async def test_pages_fit_a_phone_screen(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
-    """At 390 px wide the page never scrolls sideways: wide tables scroll inside their cards."""
-    base = await serve(TOKEN)
-    page = await browser.new_page(viewport={"width": 390, "height": 844})
-    (dead, *_) = await seeded.find_deliveries(DeliveryFilter(status="dead"))
+async def _every_page(page: Page, base: str, bus: Bus) -> AsyncIterator[str]:
+    """Go to each page of the dashboard in turn (actions unlocked), yielding its name once it shows.
+
+    With the pages of a flash message, a confirmation (with its warning) and an error.
+    """
+    (dead, *_) = await bus.find_deliveries(DeliveryFilter(status="dead"))
     await page.goto(base + "/")
     await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
     await page.click("text=Unlock")
-    await expect(page.locator("#operator")).to_have_text(OPERATOR)
-    event = f"/events/{dead.event_id}"
-    for path in ["/", "/deliveries", "/dead", event, "/machines/pay/instances/c-1", "/schedules", "/charts"]:
+    await expect(page.locator(".flash")).to_contain_text("actions unlocked")
+    yield "flash"
+    paths = {
+        "overview": "/",
+        "deliveries": "/deliveries?subscription=charge",
+        "dead": "/dead",
+        "triage": "/triage",
+        "traceback": f"/triage/deliveries/{dead.id}",
+        "event": f"/events/{dead.event_id}",
+        "machines": "/machines",
+        "machine": "/machines/pay",
+        "instance": "/machines/pay/instances/c-1",
+        "schedules": "/schedules",
+        "schedule": "/schedules/hourly-report",
+        "audit": "/audit",
+        "charts": "/charts",
+        "error": "/events/999999999",
+    }
+    for name, path in paths.items():
         await page.goto(base + path)
-        sizes = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-        await _shot(page, "phone" + path.replace("/", "-").rstrip("-"), backend_kind)
-        assert sizes[0] <= sizes[1], (path, sizes)
+        await expect(page.locator("main h1")).to_be_visible()
+        yield name
+    await page.goto(base + "/dead")
+    await page.click("text=Purge all matching…")
+    await expect(page.locator("#preview-count")).to_have_text("3")
+    yield "confirm"
+
+
+async def test_pages_fit_a_phone_screen(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+    """At 390 px wide no page scrolls sideways, in either colour scheme: wide tables scroll in their cards."""
+    base = await serve(TOKEN)
+    page = await browser.new_page(viewport={"width": 390, "height": 844})
+    async for name in _every_page(page, base, seeded):
+        for scheme in ("light", "dark"):
+            await page.emulate_media(color_scheme=scheme)
+            sizes = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+            if name in ("overview", "event", "confirm"):
+                await _shot(page, f"phone-{scheme}-{name}", backend_kind)
+            assert sizes[0] <= sizes[1], (scheme, name, sizes)
+
+
+# The contrast (WCAG 2) of each text element against the first background behind it; the lowest found.
+LOWEST_CONTRAST = """(selector) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const linear = (v) => (v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+  const lum = ([r, g, b]) => 0.2126 * linear(r) + 0.7152 * linear(g) + 0.0722 * linear(b);
+  const ground = (el) => {
+    for (; el; el = el.parentElement) {
+      const c = rgb(getComputedStyle(el).backgroundColor);
+      if (c.length === 3 || c[3] > 0) return c.slice(0, 3);
+    }
+    return [255, 255, 255];
+  };
+  let worst = [99, ""];
+  for (const el of document.querySelectorAll(selector)) {
+    if (!el.offsetParent || !el.textContent.trim()) continue;
+    const [a, b] = [lum(rgb(getComputedStyle(el).color)), lum(ground(el))];
+    const ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    if (ratio < worst[0]) worst = [ratio, el.outerHTML.slice(0, 120)];
+  }
+  return worst;
+}"""
+TEXT = "a, th, td, .status, .muted, pre, code, .flash, .error, button, label, select, input, h1, h2, p, li"
+
+
+@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # the pages look the same on both
+async def test_dark_mode_follows_the_system_and_every_page_reads_in_both(
+    browser: Browser, serve, seeded: Bus, backend_kind: str
+) -> None:
+    base = await serve(TOKEN)
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    grounds = set()
+    async for name in _every_page(page, base, seeded):
+        for scheme in ("light", "dark"):
+            await page.emulate_media(color_scheme=scheme)
+            ratio, where = await page.evaluate(LOWEST_CONTRAST, TEXT)
+            assert ratio >= 4.5, (scheme, name, round(ratio, 2), where)  # WCAG AA for body text
+            if name in ("overview", "event", "dead", "confirm", "traceback", "flash"):
+                await _shot(page, f"{scheme}-{name}", backend_kind)
+            ground = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+            grounds.add((scheme, ground))
+    assert grounds == {("light", "rgb(247, 248, 250)"), ("dark", "rgb(15, 19, 24)")}
+
+
+async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+    base = await serve(None)
+    page = await browser.new_page()
+    await page.goto(base + "/deliveries?subscription=charge")
+    rows = page.locator("main table tbody tr")
+    await expect(rows).to_have_count(6)
+    focused = page.locator("tr.nav-focus")
+    await page.keyboard.press("j")
+    await expect(focused).to_have_count(1)
+    assert await page.evaluate("document.activeElement === document.querySelector('main tbody tr')")
+    await page.keyboard.press("j")
+    await page.keyboard.press("ArrowDown")
+    await page.keyboard.press("k")
+    first_ids = await rows.locator("td.did").all_inner_texts()
+    await expect(focused.locator("td.did")).to_have_text(first_ids[1])
+    outline = await focused.evaluate("r => getComputedStyle(r).outlineStyle")
+    assert outline == "solid"  # the focus is visible
+    await _shot(page, "keyboard-row", backend_kind)
+    await seeded.publish(OrderPlaced(order_id="while-reading"))  # a live refresh keeps the picked row
+    await expect(page.locator("#count")).to_have_text("7")
+    await expect(focused).to_have_count(1)
+    assert await page.evaluate("document.activeElement.matches('tr.nav-focus')")
+    event_link = await focused.locator("a").get_attribute("href")
+    await page.keyboard.press("Enter")
+    await expect(page).to_have_url(base + str(event_link))
+    await page.go_back()
+    await page.keyboard.press("/")  # the filter box takes the keys from here on
+    assert await page.evaluate("document.activeElement.name") == "event_type"
+    await page.keyboard.type("jk?")
+    await expect(page.locator("input[name=event_type]")).to_have_value("jk?")
+    await expect(focused).to_have_count(0)
+    await expect(page.locator("#kbd-help")).to_have_count(0)
+    await page.locator("input[name=event_type]").fill("")
+    await page.keyboard.press("Tab")
+    await page.evaluate("document.activeElement.blur()")
+    await page.keyboard.press("?")
+    await expect(page.locator("#kbd-help")).to_be_visible()
+    await expect(page.locator("#kbd-help")).to_contain_text("next row")
+    await _shot(page, "keyboard-help", backend_kind)
+    await page.keyboard.press("Escape")
+    await expect(page.locator("#kbd-help")).to_be_hidden()
+    await page.keyboard.press("j")
+    await page.keyboard.press("Tab")  # no trap: Tab leaves the row
+    assert await page.evaluate("!document.activeElement.matches('tr')")
+    await expect(focused).to_have_count(0)
+
+
+async def test_times_show_in_the_browsers_time_zone_with_utc_on_hover(
+    browser: Browser, serve, seeded: Bus
+) -> None:
+    base = await serve(None)
+    context = await browser.new_context(timezone_id="Asia/Tokyo")
+    page = await context.new_page()
+    await page.goto(base + "/deliveries?subscription=charge")
+    first = page.locator("main time[datetime]").first
+    utc = datetime.fromisoformat((await first.get_attribute("datetime")) or "")
+    tokyo = utc.astimezone(timezone(timedelta(hours=9))).strftime("%Y-%m-%d %H:%M:%S")
+    await expect(first).to_have_text(tokyo)
+    await expect(first).to_have_attribute("title", utc.strftime("%Y-%m-%d %H:%M:%S UTC"))
+    await expect(page.locator("#time-zone")).to_contain_text("Asia/Tokyo")
+    await context.close()
+
+
+async def test_an_open_page_refreshes_on_a_publish_elsewhere_without_polling(
+    browser: Browser, serve, seeded: Bus
+) -> None:
+    """With the status looks a minute apart, only a change hint (LISTEN, the file's commits) is this fast."""
+    base = await serve(None, "--live-fallback", "60")
+    page = await browser.new_page()
+    await page.goto(base + "/deliveries?subscription=charge")
+    await expect(page.locator("#count")).to_have_text("6")
+    await expect(page.locator("#live-dot")).to_have_class(re.compile("on"))
+    await page.evaluate("window.__kept = true")  # gone if the page reloaded
+    await anyio.sleep(0.5)  # the stream's own first refresh is over
+    await seeded.publish(OrderPlaced(order_id="late"))  # this test's process, its own connection
+    await expect(page.locator("#count")).to_have_text("7", timeout=2_500)
+    assert await page.evaluate("window.__kept === true")
 
 
 async def test_charts_in_the_browser(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:

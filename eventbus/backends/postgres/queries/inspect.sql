@@ -10,6 +10,22 @@ FROM (SELECT subscription_id, status, count(*) AS count
 JOIN {schema}.subscriptions s ON s.id = c.subscription_id
 ORDER BY 1, 2, 3;
 
+-- name: status_recent
+-- As status, among the newest $1 deliveries only (a backward read of the
+-- primary key, however long the history): what a page that must stay fast
+-- shows, the completed and cancelled counts as lower bounds once the window
+-- is full.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM (SELECT subscription_id, status FROM {schema}.deliveries ORDER BY id DESC LIMIT $1) w
+      GROUP BY 1, 2) c
+JOIN {schema}.subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_events_capped
+-- The events counted no further than $1.
+SELECT count(*) FROM (SELECT 1 FROM {schema}.events LIMIT $1) capped;
+
 -- name: status_oldest_pending
 SELECT extract(epoch FROM now() - min(run_at))::float8
 FROM {schema}.deliveries WHERE status = 'pending' AND run_at <= now();
@@ -41,10 +57,16 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
 FROM {schema}.subscriptions s
 ORDER BY s.name;
 
+-- name: subscription_names
+-- The names alone, for a filter's choices: the list above counts every dead
+-- letter and pending delivery of each subscription to show them.
+SELECT name FROM {schema}.subscriptions ORDER BY name;
+
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
+       d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -202,13 +224,26 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- type, $4 event id, $5 key, $6 correlation id, $7/$8 updated since/until,
 -- $9/$10 payload path and value, $11 ids, $12 error substring and $13 error
 -- pattern as LIKE patterns, $14 payload substring as one): every one
--- optional. The payload filters decode the payload only for rows the cheaper
--- conditions kept; ILIKE, as SQLite's LIKE, ignores case.
+-- optional. $2 is a status, or a condition within one: 'stuck' (processing,
+-- the lease run out) or 'retrying' (pending after a failure, not yet due).
+-- The payload filters decode the payload only for rows the cheaper
+-- conditions kept; ILIKE, as SQLite's LIKE, ignores case. lease_until is set
+-- exactly while a delivery is processing: said for status 'processing', it
+-- lets the lease index (deliveries_lease_until) find those rows alone. A status
+-- of 'dead', 'pending' or 'cancelled' has its own partial index. A
+-- subscription has one event type, its events' (register never changes it):
+-- the type is read on the subscription, so a list by type walks its
+-- subscriptions' deliveries instead of hashing every event of the type, and a
+-- key is looked up by (event type, key) in events_type_key, once per
+-- subscription, instead of scanning the log.
 ($1::text IS NULL OR s.name = $1)
-  AND ($2::text IS NULL OR d.status = $2)
-  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($2::text IS NULL OR d.status = $2
+       OR ($2 = 'stuck' AND d.status = 'processing' AND d.lease_until < now())
+       OR ($2 = 'retrying' AND d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()))
+  AND ($2::text IS DISTINCT FROM 'processing' OR d.lease_until IS NOT NULL)
+  AND ($3::text IS NULL OR s.event_type = $3)
   AND ($4::bigint IS NULL OR d.event_id = $4)
-  AND ($5::text IS NULL OR e.key = $5)
+  AND ($5::text IS NULL OR (e.key = $5 AND e.event_type = s.event_type))
   AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
   AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
   AND ($8::timestamptz IS NULL OR d.updated_at < $8)
@@ -223,7 +258,7 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- cursor id (one descending walk of the primary key, however deep the page).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -247,11 +282,12 @@ SELECT count(*) FROM (
 -- name: find_deliveries_dead
 -- As find_deliveries for $2 = 'dead', with the status also written out: only
 -- then can a generic plan (what a pooled connection settles on) read the
--- dead-letter partial index (deliveries_dead), the dead rows alone, instead of
--- walking the whole history around them.
+-- dead-letter partial index deliveries_dead_newest, the dead rows alone and
+-- newest first, instead of walking the whole history around them (or sorting
+-- every dead letter, through deliveries_dead).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id
@@ -300,6 +336,86 @@ WHERE d.status = 'dead'
 ORDER BY d.id
 LIMIT $16;
 
+-- name: find_deliveries_stuck
+-- As find_deliveries for the condition 'stuck' ($2), the conditions written out, so the
+-- rows are found through deliveries_lease_until (the few rows under a lease)
+-- instead of a walk of the whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < now()
+  AND {_delivery_filter}
+  AND ($15::bigint IS NULL OR d.id < $15)
+ORDER BY d.id DESC
+LIMIT $16;
+
+-- name: count_deliveries_stuck
+-- As count_deliveries for the condition 'stuck' (see find_deliveries_stuck).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'processing' AND d.lease_until < now()
+      AND {_delivery_filter}
+    LIMIT $15
+) capped;
+
+-- name: delivery_ids_stuck
+-- As delivery_ids for the condition 'stuck' (see find_deliveries_stuck).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < now()
+  AND {_delivery_filter}
+  AND d.id > $15
+ORDER BY d.id
+LIMIT $16;
+
+-- name: find_deliveries_retrying
+-- As find_deliveries for the condition 'retrying' ($2), the conditions written out, so the
+-- rows are found among the pending ones (deliveries_pending) instead of a
+-- walk of the whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+  AND {_delivery_filter}
+  AND ($15::bigint IS NULL OR d.id < $15)
+ORDER BY d.id DESC
+LIMIT $16;
+
+-- name: count_deliveries_retrying
+-- As count_deliveries for the condition 'retrying' (see find_deliveries_retrying).
+SELECT count(*) FROM (
+    SELECT 1
+    FROM {schema}.deliveries d
+    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+    JOIN {schema}.events e ON e.id = d.event_id
+    WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+      AND {_delivery_filter}
+    LIMIT $15
+) capped;
+
+-- name: delivery_ids_retrying
+-- As delivery_ids for the condition 'retrying' (see find_deliveries_retrying).
+SELECT d.id
+FROM {schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
+  AND {_delivery_filter}
+  AND d.id > $15
+ORDER BY d.id
+LIMIT $16;
+
 -- name: event_row
 SELECT id, event_type, key, payload, headers::text AS headers, correlation_id, causation_id, created_at,
        version AS event_version, priority
@@ -309,7 +425,8 @@ FROM {schema}.events WHERE id = $1;
 -- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
+       d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
 FROM {schema}.deliveries d
 JOIN {schema}.subscriptions s ON s.id = d.subscription_id
 JOIN {schema}.events e ON e.id = d.event_id

@@ -40,6 +40,62 @@ UPDATE {schema}.deliveries SET status = 'cancelled', updated_at = now()
 WHERE id = ANY($1::bigint[]) AND status = 'pending'
 RETURNING id;
 
+-- name: retry_now
+-- Guarded: a pending delivery waiting for its run_at (a retry's backoff, or a
+-- delay) becomes due now, and the workers of its subscription are woken as by
+-- a publish. Its place in the claim order is an expression over run_at
+-- (claim_place), so it moves with it: a low priority still waits its priority's
+-- wait behind rows due as long, as after any retry. A due row is left alone.
+WITH moved AS (
+    UPDATE {schema}.deliveries SET run_at = now(), updated_at = now()
+    WHERE id = ANY($1::bigint[]) AND status = 'pending' AND run_at > now()
+    RETURNING subscription_id
+), notified AS (
+    SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM moved)
+)
+SELECT (SELECT count(*) FROM moved) AS moved, (SELECT count(*) FROM notified) AS notified;
+
+-- name: release_stuck
+-- An operator's release of stuck deliveries: processing rows whose lease ran
+-- out (by the database's clock), or whose worker is lost (no heartbeat for $3
+-- seconds, or no row any more); $2 is the wake-up channel, $4 the message kept. Moved as a lease recovery moves them: the
+-- attempt counts; back to pending, or dead when out of attempts; run_at kept
+-- (it was due when claimed), so a delivery keeps its place. The lease token is
+-- cleared: a worker that still finishes the run is refused by the token guard.
+-- The whole condition sits in the UPDATE's WHERE, so a concurrent renewal or
+-- completion is seen when the row is locked and re-checked.
+WITH released AS (
+    UPDATE {schema}.deliveries d
+    SET status = CASE WHEN d.attempts >= s.max_attempts THEN 'dead' ELSE 'pending' END,
+        last_error = 'Released: ' || $4, lease_until = NULL, lease_token = NULL, updated_at = now()
+    FROM {schema}.subscriptions s
+    WHERE d.id = ANY($1::bigint[]) AND s.id = d.subscription_id AND d.status = 'processing'
+      AND (d.lease_until < now() OR NOT EXISTS (
+            SELECT 1 FROM {schema}.workers w
+            WHERE w.id = d.worker_id AND w.heartbeat_at >= now() - $3 * interval '1 second'))
+    RETURNING d.id, d.attempts, d.worker_id, d.subscription_id, d.status
+), history AS (
+    INSERT INTO {schema}.delivery_attempts (delivery_id, attempt, error_type, message, worker_id)
+    SELECT id, attempts, 'Released', $4, worker_id FROM released
+), notified AS (
+    SELECT pg_notify($2, s.event_type) FROM {schema}.subscriptions s
+    WHERE s.id IN (SELECT subscription_id FROM released WHERE status = 'pending')
+)
+SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notified) AS notified;
+
+-- name: cancel_stuck
+-- As cancel, and processing rows that are stuck too (the condition of
+-- release_stuck, $2 seconds of silence): the lease token is cleared, so the
+-- worker that may still finish the run is refused by the token guard.
+UPDATE {schema}.deliveries d
+SET status = 'cancelled', lease_until = NULL, lease_token = NULL, updated_at = now()
+WHERE d.id = ANY($1::bigint[])
+  AND (d.status = 'pending' OR (d.status = 'processing' AND (d.lease_until < now() OR NOT EXISTS (
+        SELECT 1 FROM {schema}.workers w
+        WHERE w.id = d.worker_id AND w.heartbeat_at >= now() - $2 * interval '1 second'))))
+RETURNING d.id;
+
 -- name: notify_subscriptions
 SELECT pg_notify($1, event_type) FROM {schema}.subscriptions WHERE id = ANY($2::int[]);
 

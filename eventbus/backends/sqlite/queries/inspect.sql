@@ -10,6 +10,22 @@ FROM (SELECT subscription_id, status, count(*) AS count
 JOIN subscriptions s ON s.id = c.subscription_id
 ORDER BY 1, 2, 3;
 
+-- name: status_recent
+-- As status, among the newest :window deliveries only (a backward read of the
+-- primary key, however long the history): what a page that must stay fast
+-- shows, the completed and cancelled counts as lower bounds once the window
+-- is full.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM (SELECT subscription_id, status FROM deliveries ORDER BY id DESC LIMIT :window) w
+      GROUP BY 1, 2) c
+JOIN subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_events_capped
+-- The events counted no further than :window.
+SELECT count(*) FROM (SELECT 1 FROM events LIMIT :window) capped;
+
 -- name: status_oldest_pending
 SELECT (julianday('now') - 2440587.5) * 86400.0 - min(run_at)
 FROM deliveries
@@ -42,10 +58,16 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
 FROM subscriptions s
 ORDER BY s.name;
 
+-- name: subscription_names
+-- The names alone, for a filter's choices: the list above counts every dead
+-- letter and pending delivery of each subscription to show them.
+SELECT name FROM subscriptions ORDER BY name;
+
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
+       d.lease_until, d.worker_id, s.max_attempts
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -174,6 +196,8 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
 -- The payload filter parses JSON only for rows the cheaper conditions kept.
 -- The error and payload substrings and the error pattern are LIKE patterns
 -- with a backslash escape (LIKE ignores ASCII case, as ILIKE does on PostgreSQL).
+-- :condition is a state within a status: 'stuck' (processing, the lease run
+-- out at :now) or 'retrying' (pending after a failure, not yet due at :now).
 (:subscription IS NULL OR s.name = :subscription)
   AND (:event_type IS NULL OR e.event_type = :event_type)
   AND (:event_id IS NULL OR d.event_id = :event_id)
@@ -187,6 +211,9 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
   AND (:error_like IS NULL OR d.last_error LIKE :error_like ESCAPE '\')
   AND (:message_like IS NULL OR d.last_error LIKE :message_like ESCAPE '\')
   AND (:payload_like IS NULL OR CAST(e.payload AS TEXT) LIKE :payload_like ESCAPE '\')
+  AND (:condition IS NULL
+       OR (:condition = 'stuck' AND d.status = 'processing' AND d.lease_until < :now)
+       OR (:condition = 'retrying' AND d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now))
 
 -- name: find_deliveries
 -- The dashboard's delivery list: every filter optional, newest first below a
@@ -195,7 +222,7 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
 -- page; :ids (a JSON array, or NULL) keeps only the deliveries named.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version
+       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
@@ -223,12 +250,13 @@ SELECT count(*) FROM (
 
 -- name: find_deliveries_dead
 -- As find_deliveries for dead letters, the status spelled literally: the
--- planner may then read deliveries_dead (a few dead rows among millions)
--- instead of walking the primary key through all of them.
+-- planner may then read deliveries_dead_newest (the dead rows alone, already
+-- newest first) instead of walking the primary key through all the others,
+-- or sorting every dead letter for one page.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version
-FROM deliveries d INDEXED BY deliveries_dead
+       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+FROM deliveries d INDEXED BY deliveries_dead_newest
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
 WHERE d.status = 'dead'
@@ -239,10 +267,10 @@ ORDER BY d.id DESC
 LIMIT :limit;
 
 -- name: count_deliveries_dead
--- As count_deliveries for dead letters, through deliveries_dead (see find_deliveries_dead).
+-- As count_deliveries for dead letters, through deliveries_dead_newest (see find_deliveries_dead).
 SELECT count(*) FROM (
     SELECT 1
-    FROM deliveries d INDEXED BY deliveries_dead
+    FROM deliveries d INDEXED BY deliveries_dead_newest
     JOIN subscriptions s ON s.id = d.subscription_id
     JOIN events e ON e.id = d.event_id
     WHERE d.status = 'dead'
@@ -282,6 +310,94 @@ WHERE d.status = 'dead'
 ORDER BY d.id
 LIMIT :limit;
 
+-- name: find_deliveries_stuck
+-- As find_deliveries for the condition 'stuck', written out so that the rows
+-- are read through deliveries_lease_until (the few rows under a lease) instead of a walk of the
+-- whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+FROM deliveries d INDEXED BY deliveries_lease_until
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < :now
+  AND d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries_stuck
+-- As count_deliveries for the condition 'stuck', through deliveries_lease_until.
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d INDEXED BY deliveries_lease_until
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.status = 'processing' AND d.lease_until < :now
+      AND d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+      AND {_delivery_filter}
+    LIMIT :cap
+);
+
+-- name: delivery_ids_stuck
+-- As delivery_ids for the condition 'stuck', through deliveries_lease_until.
+SELECT d.id
+FROM deliveries d INDEXED BY deliveries_lease_until
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'processing' AND d.lease_until < :now
+  AND d.id > :after_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id
+LIMIT :limit;
+
+-- name: find_deliveries_retrying
+-- As find_deliveries for the condition 'retrying', written out so that the rows
+-- are read through deliveries_pending (the pending rows alone) instead of a walk of the
+-- whole history.
+SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+FROM deliveries d INDEXED BY deliveries_pending
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
+  AND d.id BETWEEN :low_id AND :high_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id DESC
+LIMIT :limit;
+
+-- name: count_deliveries_retrying
+-- As count_deliveries for the condition 'retrying', through deliveries_pending.
+SELECT count(*) FROM (
+    SELECT 1
+    FROM deliveries d INDEXED BY deliveries_pending
+    JOIN subscriptions s ON s.id = d.subscription_id
+    JOIN events e ON e.id = d.event_id
+    WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
+      AND d.id BETWEEN :low_id AND :high_id
+      AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+      AND {_delivery_filter}
+    LIMIT :cap
+);
+
+-- name: delivery_ids_retrying
+-- As delivery_ids for the condition 'retrying', through deliveries_pending.
+SELECT d.id
+FROM deliveries d INDEXED BY deliveries_pending
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
+  AND d.id > :after_id
+  AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
+  AND {_delivery_filter}
+ORDER BY d.id
+LIMIT :limit;
+
 -- name: event_row
 SELECT id, event_type, key, payload, headers, correlation_id, causation_id, created_at,
        version AS event_version, priority
@@ -291,7 +407,8 @@ FROM events WHERE id = :id;
 -- Every delivery of one event (the unique (event_id, subscription_id) index finds them).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.payload, e.headers, e.correlation_id, e.causation_id, d.last_error,
-       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority
+       d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
+       d.lease_until, d.worker_id, s.max_attempts
 FROM deliveries d
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id

@@ -38,6 +38,48 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending'
 RETURNING id;
 
 
+-- name: retry_now
+-- Guarded: a pending delivery waiting for its run_at (a retry's backoff, or a
+-- delay) becomes due now. Its place in the claim order is run_at plus its
+-- priority's wait, so it moves with run_at and priorities keep their meaning.
+UPDATE deliveries SET run_at = :now, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'pending' AND run_at > :now
+RETURNING subscription_id;
+
+-- name: release_stuck
+-- An operator's release of stuck deliveries: processing rows whose lease ran
+-- out, or whose worker is lost (no heartbeat for :lost_after seconds, or no
+-- row any more). Moved as recover_expired moves them: the attempt counts; back
+-- to pending, or dead when out of attempts; run_at kept. The lease token is
+-- cleared, so a worker that still finishes the run is refused by its guard.
+UPDATE deliveries
+SET status = CASE WHEN attempts >= (SELECT s.max_attempts FROM subscriptions s
+                                    WHERE s.id = deliveries.subscription_id)
+                  THEN 'dead' ELSE 'pending' END,
+    last_error = 'Released: ' || :message,
+    lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids)) AND status = 'processing'
+  AND (lease_until < :now OR NOT EXISTS (
+        SELECT 1 FROM workers w
+        WHERE w.id = deliveries.worker_id AND w.heartbeat_at >= :now - :lost_after))
+RETURNING id, attempts, worker_id, subscription_id, status;
+
+-- name: release_record
+INSERT INTO delivery_attempts (delivery_id, attempt, error_type, message, worker_id, failed_at)
+VALUES (:delivery_id, :attempt, 'Released', :message, :worker_id, :now);
+
+-- name: cancel_stuck
+-- As cancel, and processing rows that are stuck too (the condition of
+-- release_stuck): the lease token is cleared, so the worker that may still
+-- finish the run is refused by its guard.
+UPDATE deliveries
+SET status = 'cancelled', lease_until = NULL, lease_token = NULL, updated_at = :now
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (status = 'pending' OR (status = 'processing' AND (lease_until < :now OR NOT EXISTS (
+        SELECT 1 FROM workers w
+        WHERE w.id = deliveries.worker_id AND w.heartbeat_at >= :now - :lost_after))))
+RETURNING id;
+
 -- name: audit_record
 -- One operator action in the audit trail; :now is the writer's clock.
 INSERT INTO audit_log (at, actor, origin, action, target, filter, count, interface)
