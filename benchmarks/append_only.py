@@ -99,6 +99,9 @@ class Config:
     bucket_seconds: float = 5.0
     keep_buckets: int = 3  # log and event buckets kept behind the current one
     claim_mode: str = "custom"  # custom | generic | leaf
+    steady: bool = False  # publish while the workers drain (rotations and prunes under claim load)
+    publish_rate: float = 0.0  # deliveries per second when steady (0: as fast as possible)
+    analyze_on_rotate: bool = True  # ANALYZE the slot just sealed, so claims plan on its real size
     publish_batch: int = 1000
     seed: int = 1
 
@@ -321,6 +324,7 @@ class Ledger:
     stale_won: int = 0  # late completions of runs a rescue had already settled that still won
     stale_raced: int = 0  # late completions tried before any rescue (either side may win)
     lost_leases: int = 0
+    expected: int = 0  # deliveries the run publishes
     finished: anyio.Event = field(default_factory=anyio.Event)  # every published delivery is settled
     waiters: dict[tuple[int, int], anyio.Event] = field(default_factory=dict)
 
@@ -344,7 +348,7 @@ class Ledger:
                 self.rescued.add(key)
                 if key in self.waiters:
                     self.waiters.pop(key).set()
-        if self.published and len(self.terminal) >= len(self.published):
+        if self.expected and len(self.terminal) >= self.expected:
             self.finished.set()
 
     @property
@@ -461,16 +465,33 @@ class Leader:
                 f"INSERT INTO {s}.ring_log (gen, slot, kind) VALUES ($1, $2, 'open')", nxt, nxt % cfg.slots
             )
             self.stats.rotations += 1
+            if cfg.analyze_on_rotate:
+                sealed = next(g["slot"] for g in gens if g["gen"] == current)
+                await self.conn.execute(f"ANALYZE {s}.ready_{sealed}, {s}.claims_{sealed}")
             current = nxt
         lag = 1 if close_all else cfg.close_lag
-        for g in gens:
-            if not g["closing"] and g["gen"] <= current - lag:
+        open_gens = [g for g in gens if not g["closing"] and g["gen"] <= current - lag]
+        # The oldest slot is closed anyway when the ring is about to be full (its unclaimed rows are
+        # then carried forward); the others only once nothing in them is left to claim.
+        full = len(gens) >= cfg.slots - 1
+        for i, g in enumerate(open_gens):
+            if close_all or (full and i == 0) or not await self.unclaimed(int(g["slot"])):
                 await self.conn.execute(
                     f"INSERT INTO {s}.ring_log (gen, slot, kind) VALUES ($1, $2, 'closing')",
                     g["gen"],
                     g["slot"],
                 )
         self.last_rotation = time.monotonic()
+
+    async def unclaimed(self, slot: int) -> bool:
+        s = self.ring.s
+        return bool(
+            await self.conn.fetchval(
+                f"""SELECT EXISTS (SELECT 1 FROM {s}.ready_{slot} r WHERE NOT EXISTS (
+                       SELECT 1 FROM {s}.claims_{slot} c
+                       WHERE c.delivery_id = r.delivery_id AND c.run = r.run))"""
+            )
+        )
 
     async def prune(self, *, settle_seconds: float) -> None:
         """Prune every slot closed for at least ``settle_seconds`` (workers refreshed their window)."""
@@ -625,12 +646,13 @@ class Worker:
         ledger: Ledger,
         lat: Latencies,
         rng: random.Random,
+        cursors: dict[Any, tuple[Any, int]],
     ) -> None:
         self.dsn = dsn
+        self.cursor = cursors  # shared by the process's workers: the furthest row any of them claimed
         self.ring, self.conn, self.wid, self.ledger, self.lat, self.rng = ring, conn, wid, ledger, lat, rng
         self.window: list[int] = []
         self.window_at = 0.0
-        self.cursor: dict[Any, tuple[Any, int]] = {}
         self.full_scan_at: dict[Any, float] = {}
         self.parent_claim = ring.claim()
         self.leaf_claims = {k: ring.claim(k) for k in range(ring.cfg.slots)}
@@ -642,7 +664,9 @@ class Worker:
             self.window_at = time.monotonic()
 
     async def _claim_one(self, query: str, key: Any, sub: int, limit: int) -> list[asyncpg.Record]:
-        """A claim after this worker's cursor, then from the start when it comes up short (or each second)."""
+        """A claim after the process's cursor, then from the start when it comes up short (rows with an
+        earlier run_at, carried forward or skipped while another claim held them, sit behind it), and at
+        least each second."""
         cfg = self.ring.cfg
         token = self.rng.getrandbits(62)
         args = (self.window, sub)
@@ -650,7 +674,8 @@ class Worker:
         now = time.monotonic()
         rows: list[asyncpg.Record] = []
         cursor = self.cursor.get(key)
-        if cursor is not None and now - self.full_scan_at.get(key, 0.0) < 1.0:
+        scanned = self.full_scan_at.setdefault(key, now + self.rng.random())  # staggered over workers
+        if cursor is not None and now - scanned < 1.0:
             rows = await self._timed(query, *args, *cursor, *tail)
         if len(rows) < limit:
             self.full_scan_at[key] = now
@@ -659,7 +684,9 @@ class Worker:
             )
         if rows:
             last = max(rows, key=lambda r: (r["run_at"], r["delivery_id"]))
-            self.cursor[key] = (last["run_at"], int(last["delivery_id"]))
+            mark = (last["run_at"], int(last["delivery_id"]))
+            if key not in self.cursor or mark > self.cursor[key]:
+                self.cursor[key] = mark
         return rows
 
     async def _timed(self, query: str, *args: Any) -> list[asyncpg.Record]:
@@ -771,6 +798,8 @@ SELECT pg_current_wal_lsn()::text AS lsn,
           AND c.relkind IN ('r', 'm'))::bigint AS bytes,
        (SELECT n_tup_upd + n_tup_del FROM pg_stat_sys_tables WHERE relname = 'pg_class')::bigint
            AS catalog_writes,
+       (SELECT sum(n_tup_upd + n_tup_del) FROM pg_stat_sys_tables WHERE schemaname = 'pg_catalog')::bigint
+           AS all_catalog_writes,
        (SELECT n_dead_tup FROM pg_stat_sys_tables WHERE relname = 'pg_class')::bigint AS catalog_dead,
        extract(epoch FROM clock_timestamp())::float8 AS at
 """
@@ -833,10 +862,15 @@ async def measured(
 ) -> dict[str, Any]:
     """Run the three phases, snapshotting the counters around each; per-delivery figures."""
     snaps = [await snapshot(dsn, schema)]
+    seconds = []
     for phase in phases:
+        started = time.perf_counter()
         await phase()
+        seconds.append(time.perf_counter() - started)
         snaps.append(await snapshot(dsn, schema))
+    started = time.perf_counter()
     wal = await own_wal(dsn, [s["lsn"] for s in snaps])
+    wal_seconds = time.perf_counter() - started
     per: dict[str, dict[str, float]] = {}
     for i, name in enumerate(PHASES):
         a, b = snaps[i], snaps[i + 1]
@@ -847,13 +881,18 @@ async def measured(
             "size_growth_bytes": (b["bytes"] - a["bytes"]) / n,
             "n_dead_tup_at_end": b["dead"],
             "pg_class_updates_deletes": b["catalog_writes"] - a["catalog_writes"],
+            "pg_catalog_updates_deletes": b["all_catalog_writes"] - a["all_catalog_writes"],
+            "seconds": seconds[i],
         }
     per["total"] = {k: sum(p[k] for p in per.values()) for k in per["publish"] if k != "n_dead_tup_at_end"}
     per["total"]["n_dead_tup_at_end"] = per["retention"]["n_dead_tup_at_end"]
-    minutes = (snaps[-1]["at"] - snaps[0]["at"] - 1.0 * len(PHASES)) / 60  # the snapshots' own waits left out
+    minutes = sum(seconds) / 60
     return {
+        "wal_read_seconds": wal_seconds,
         "per_delivery": per,
         "pg_class_updates_deletes_per_minute": per["total"]["pg_class_updates_deletes"] / max(minutes, 1e-9),
+        "pg_catalog_updates_deletes_per_minute": per["total"]["pg_catalog_updates_deletes"]
+        / max(minutes, 1e-9),
         "pg_class_n_dead_tup_at_end": snaps[-1]["catalog_dead"],
         "table_index_bytes_at_peak_per_delivery": max(s["bytes"] for s in snaps) / n,
     }
@@ -870,7 +909,7 @@ async def run_prototype(
     Without ``measure``, no counters are read (no pg_walinspect needed): the checks only.
     """
     ring = Ring(f"ring_{uuid.uuid4().hex[:10]}", cfg)
-    ledger = Ledger()
+    ledger = Ledger(expected=cfg.deliveries)
     lat = Latencies()
     rng = random.Random(cfg.seed)
     setup = await asyncpg.connect(dsn)
@@ -887,26 +926,27 @@ async def run_prototype(
             drain_time: dict[str, float] = {}
 
             async def publish() -> None:
-                conn = await asyncpg.connect(dsn)
-                try:
-                    for start in range(0, cfg.events, cfg.publish_batch):
-                        count = min(cfg.publish_batch, cfg.events - start)
-                        payloads = [b'{"n": %d}' % i for i in range(start, start + count)]
-                        ids = await conn.fetch(ring.publish, payloads, subs)
-                        ledger.published.update(int(r["delivery_id"]) for r in ids)
-                finally:
-                    await conn.close()
+                if cfg.steady:
+                    return  # the drain publishes
+                await publish_all()
+
+            async def publish_all() -> None:
+                await _publish_all(dsn, ring, subs, ledger)
 
             async def drain() -> None:
                 conns = [await _connect(dsn, cfg) for _ in range(cfg.workers)]
+                cursors: dict[Any, tuple[Any, int]] = {}
                 stop = anyio.Event()
                 started = time.perf_counter()
                 ticker_tg.start_soon(leader.run, stop_leader)
                 try:
                     async with anyio.create_task_group() as tg:
                         for i, c in enumerate(conns):
-                            w = Worker(ring, dsn, c, i + 1, ledger, lat, random.Random(rng.getrandbits(32)))
+                            seed = random.Random(rng.getrandbits(32))
+                            w = Worker(ring, dsn, c, i + 1, ledger, lat, seed, cursors)
                             tg.start_soon(w.run, subs, stop, tg)
+                        if cfg.steady:
+                            tg.start_soon(publish_all)
                         await ledger.finished.wait()
                         drain_time["seconds"] = time.perf_counter() - started
                         stop.set()
@@ -918,20 +958,11 @@ async def run_prototype(
                 stop_leader.set()
                 await leader.stopped.wait()
                 # The checks read the log before retention drops it.
-                out["db_log_rows"] = await setup.fetchval(f"SELECT count(*) FROM {ring.s}.log")
-                open_work = await setup.fetchrow(
-                    f"""SELECT (SELECT count(*) FROM {ring.s}.ready r WHERE NOT EXISTS (
-                                    SELECT 1 FROM {ring.s}.claims c WHERE c.slot = r.slot
-                                    AND c.delivery_id = r.delivery_id AND c.run = r.run)) AS unclaimed,
-                               (SELECT count(*) FROM {ring.s}.claims c WHERE NOT EXISTS (
-                                    SELECT 1 FROM {ring.s}.log l WHERE l.part = {_bucket("c.claimed_at", cfg)}
-                                    AND l.delivery_id = c.delivery_id AND l.run = c.run)) AS unsettled"""
+                out["open_work_at_end"], db_log = await _open_work(
+                    setup, ring, leader.stats.buckets_dropped == 0
                 )
-                assert open_work is not None
-                out["open_work_at_end"] = dict(open_work)
-                if leader.stats.buckets_dropped == 0:
-                    rows = await setup.fetch(f"SELECT delivery_id, run, status FROM {ring.s}.log")
-                    out["db_log"] = {(int(r["delivery_id"]), int(r["run"])): str(r["status"]) for r in rows}
+                if db_log is not None:
+                    out["db_log"] = db_log
                 await leader.prune_everything()
 
             figures: dict[str, Any] = {}
@@ -947,24 +978,69 @@ async def run_prototype(
     finally:
         await setup.execute(f"DROP SCHEMA IF EXISTS {ring.s} CASCADE")
         await setup.close()
-    db_log = out.pop("db_log", None)
-    out["check"] = check(ledger, db_log)
-    out["check"]["open_work_at_end"] = out.pop("open_work_at_end")
-    out["check"]["ok"] = out["check"]["ok"] and not any(out["check"]["open_work_at_end"].values())
+    _report(out, ledger, leader.stats, lat)
     out["drain_per_second"] = cfg.deliveries / drain_time["seconds"]
     out["drain_seconds"] = drain_time["seconds"]
     out.update(figures)
-    stats = dataclasses.asdict(leader.stats)
-    windows = stats.pop("prune_windows")
-    stats["prune_ms"] = _percentiles(stats.pop("prune_ms"))
-    out["leader"] = stats
+    return out
+
+
+async def _publish_all(dsn: str, ring: Ring, subs: list[int], ledger: Ledger) -> None:
+    """Publish the run's events in batches (paced at ``publish_rate`` when steady)."""
+    cfg = ring.cfg
+    conn = await asyncpg.connect(dsn)
+    try:
+        paced = time.perf_counter()
+        for start in range(0, cfg.events, cfg.publish_batch):
+            if cfg.steady and cfg.publish_rate:
+                due = paced + start * cfg.subscriptions / cfg.publish_rate
+                await anyio.sleep(max(0.0, due - time.perf_counter()))
+            count = min(cfg.publish_batch, cfg.events - start)
+            payloads = [b'{"n": %d}' % i for i in range(start, start + count)]
+            ids = await conn.fetch(ring.publish, payloads, subs)
+            ledger.published.update(int(r["delivery_id"]) for r in ids)
+        # As today's benchmark does after publishing: a fresh partition has no statistics, and
+        # without them the claim is planned as a sort of the whole slot (see the results).
+        await conn.execute(f"ANALYZE {ring.s}.ready, {ring.s}.claims, {ring.s}.events")
+    finally:
+        await conn.close()
+
+
+async def _open_work(
+    conn: asyncpg.Connection, ring: Ring, read_log: bool
+) -> tuple[dict[str, int], dict[tuple[int, int], str] | None]:
+    """Ready rows nobody claimed and claims nobody settled (both 0 once drained); the log's rows."""
+    s = ring.s
+    row = await conn.fetchrow(
+        f"""SELECT (SELECT count(*) FROM {s}.ready r WHERE NOT EXISTS (
+                        SELECT 1 FROM {s}.claims c WHERE c.slot = r.slot
+                        AND c.delivery_id = r.delivery_id AND c.run = r.run)) AS unclaimed,
+                   (SELECT count(*) FROM {s}.claims c WHERE NOT EXISTS (
+                        SELECT 1 FROM {s}.log l WHERE l.part = {_bucket("c.claimed_at", ring.cfg)}
+                        AND l.delivery_id = c.delivery_id AND l.run = c.run)) AS unsettled"""
+    )
+    assert row is not None
+    if not read_log:
+        return dict(row), None
+    rows = await conn.fetch(f"SELECT delivery_id, run, status FROM {s}.log")
+    return dict(row), {(int(r["delivery_id"]), int(r["run"])): str(r["status"]) for r in rows}
+
+
+def _report(out: dict[str, Any], ledger: Ledger, stats: LeaderStats, lat: Latencies) -> None:
+    """The checks, the leader's counts and the claim latencies (split by an overlapping prune)."""
+    out["check"] = check(ledger, out.pop("db_log", None))
+    out["check"]["open_work_at_end"] = out.pop("open_work_at_end")
+    out["check"]["ok"] = out["check"]["ok"] and not any(out["check"]["open_work_at_end"].values())
+    leader = dataclasses.asdict(stats)
+    windows = leader.pop("prune_windows")
+    leader["prune_ms"] = _percentiles(leader.pop("prune_ms"))
+    out["leader"] = leader
     during: list[float] = []
     outside: list[float] = []
     for a, b in lat.claims:
         (during if any(a < e and b > s for s, e in windows) else outside).append((b - a) * 1000)
     out["claim_latency"] = {"during_prune": _percentiles(during), "without_prune": _percentiles(outside)}
     out["lost_leases"] = ledger.lost_leases
-    return out
 
 
 # -- one run of today's tables --------------------------------------------------------------------
@@ -1017,7 +1093,7 @@ async def run_today(dsn: str, n: int, *, hold: bool = False, hold_seconds: float
 # -- the generic-plan probe -----------------------------------------------------------------------
 
 
-async def plan_probe(dsn: str, seconds: float = 3.0, rows_per_slot: int = 20_000) -> dict[str, Any]:
+async def plan_probe(dsn: str, seconds: float = 3.0, rows_per_slot: int = 5_000) -> dict[str, Any]:
     """With slot 0 closed, do claims lock it, and does a 10 ms-bounded TRUNCATE of it get through?
 
     For each way of writing the claim: ``auto`` (the parent, asyncpg's prepared
@@ -1040,7 +1116,9 @@ async def plan_probe(dsn: str, seconds: float = 3.0, rows_per_slot: int = 20_000
             for slot in range(4):
                 if slot:
                     await setup.execute(
-                        f"INSERT INTO {ring.s}.ring_log (gen, slot, kind) VALUES ($1, $1, 'open')", slot
+                        f"INSERT INTO {ring.s}.ring_log (gen, slot, kind) "
+                        "VALUES ($1::bigint, $1::int, 'open')",
+                        slot,
                     )
                 # The rows are published into slot `slot` (the current one at that moment).
                 for _ in range(0, rows_per_slot, 5000):
@@ -1095,7 +1173,10 @@ async def _probe_load(
             while not stop.is_set():
                 i += 1
                 started = time.perf_counter()
-                await conn.fetch(queries[i % len(queries)], window, 1, _START, 0, 10, i, 30.0, 1)
+                with contextlib.suppress(_Abort):
+                    async with conn.transaction():  # rolled back: the rows stay for the next claim
+                        await conn.fetch(queries[i % len(queries)], window, 1, _START, 0, 10, i, 30.0, 1)
+                        raise _Abort
                 lat.append((started, time.perf_counter()))
         finally:
             await conn.close()
@@ -1241,9 +1322,19 @@ async def sitting(args: argparse.Namespace) -> dict[str, Any]:
             bucket_seconds=2.0,
             keep_buckets=30,
             claim_mode=args.claim_mode,
+            steady=True,
+            publish_rate=args.race_deliveries / 4,
         )
         out["race"] = await run_prototype(dsn, race)
         _log("race", out["race"])
+        steady = dataclasses.replace(
+            cfg,
+            events=args.steady_deliveries // cfg.subscriptions,
+            steady=True,
+            publish_rate=args.steady_rate,
+        )
+        out["steady"] = await run_prototype(dsn, steady)
+        _log("steady", out["steady"])
         out["plan_probe"] = await plan_probe(dsn, seconds=args.probe_seconds)
         print(json.dumps(out["plan_probe"], indent=1), flush=True)
     out["load1_end"] = os.getloadavg()[0]
@@ -1267,7 +1358,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/test")
-    parser.add_argument("--deliveries", type=int, default=50_000)
+    parser.add_argument("--deliveries", type=int, default=30_000)
     parser.add_argument("--subscriptions", type=int, default=1)
     parser.add_argument(
         "--runs", type=int, default=3, help="Clean runs of each layout (drain median and range)."
@@ -1280,6 +1371,10 @@ def main() -> None:
     parser.add_argument("--fail", type=float, default=0.01, help="Fraction of runs whose handler fails.")
     parser.add_argument("--hold-seconds", type=float, default=300.0)
     parser.add_argument("--race-deliveries", type=int, default=6_000)
+    parser.add_argument(
+        "--steady-deliveries", type=int, default=15_000, help="The steady run: published while draining."
+    )
+    parser.add_argument("--steady-rate", type=float, default=2_000.0, help="Its deliveries per second.")
     parser.add_argument("--probe-seconds", type=float, default=3.0)
     parser.add_argument("--skip-today", action="store_true", help="Measure the prototype only.")
     parser.add_argument("--json", dest="json_path")
