@@ -583,10 +583,10 @@ class Leader:
 
     async def tick(self) -> None:
         cfg = self.ring.cfg
+        await self.ring.premake(self.conn)  # the log's and events' next buckets exist before they are due
         await self.rescue()
         if time.monotonic() - self.last_rotation >= cfg.rotate_seconds:
             await self.rotate()
-            await self.ring.premake(self.conn)
             await self.drop_buckets()
         await self.prune(settle_seconds=2 * cfg.tick_seconds)
 
@@ -945,6 +945,7 @@ async def run_prototype(
                 cursors: dict[Any, tuple[Any, int]] = {}
                 full_scans: dict[Any, float] = {}
                 stop = anyio.Event()
+                await ring.premake(setup, ahead=4)
                 started = time.perf_counter()
                 ticker_tg.start_soon(leader.run, stop_leader)
                 try:
@@ -998,8 +999,11 @@ async def _publish_all(dsn: str, ring: Ring, subs: list[int], ledger: Ledger) ->
     cfg = ring.cfg
     conn = await asyncpg.connect(dsn)
     try:
-        paced = time.perf_counter()
+        paced = made = time.perf_counter()
         for start in range(0, cfg.events, cfg.publish_batch):
+            if time.perf_counter() - made >= cfg.bucket_seconds / 2:  # no leader runs while publishing
+                await ring.premake(conn, ahead=4)
+                made = time.perf_counter()
             if cfg.steady and cfg.publish_rate:
                 due = paced + start * cfg.subscriptions / cfg.publish_rate
                 await anyio.sleep(max(0.0, due - time.perf_counter()))
@@ -1155,7 +1159,8 @@ async def plan_probe(dsn: str, seconds: float = 3.0, rows_per_slot: int = 5_000)
                     )
                 plans = await conn.fetchrow(
                     "SELECT sum(generic_plans)::int AS generic, sum(custom_plans)::int AS custom "
-                    "FROM pg_prepared_statements WHERE statement LIKE '%FOR UPDATE OF r SKIP LOCKED%'"
+                    "FROM pg_prepared_statements WHERE statement LIKE '%FOR UPDATE OF r SKIP LOCKED%' "
+                    "AND statement NOT LIKE '%pg_prepared_statements%'"
                 )
             finally:
                 await conn.close()
