@@ -562,16 +562,21 @@ class Leader:
         return outcome
 
     async def drop_buckets(self, *, keep: int | None = None) -> None:
-        """Drop log buckets over ``keep`` behind the current one, and event buckets no ready row needs."""
+        """Drop the buckets over ``keep`` behind the current one that the ring no longer needs: an event
+        bucket once no ready row refers to it, a log bucket once no claim row was made in it (the rescue
+        and the prune read a claim's log row in its bucket: without it, a settled claim looks open)."""
         s = self.ring.s
         keep = self.ring.cfg.keep_buckets if keep is None else keep
         now = await self.ring.current_bucket(self.conn)
-        floor_event = await self.conn.fetchval(f"SELECT min(event_part) FROM {s}.ready")
+        floors = {
+            "events": await self.conn.fetchval(f"SELECT min(event_part) FROM {s}.ready"),
+            "log": await self.conn.fetchval(
+                f"SELECT {_bucket('min(claimed_at)', self.ring.cfg)} FROM {s}.claims"
+            ),
+        }
         for table in ("log", "events"):
             for bucket in await self.ring.buckets(self.conn, table):
-                if bucket >= now - keep:
-                    continue
-                if table == "events" and floor_event is not None and bucket >= floor_event:
+                if bucket >= now - keep or (floors[table] is not None and bucket >= floors[table]):
                     continue
                 try:
                     async with self.conn.transaction():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 
+import anyio
 import asyncpg
 
 from benchmarks.append_only import Config, Leader, Ledger, Ring, check, run_prototype
@@ -159,6 +160,37 @@ async def test_a_prune_waits_for_open_leases_then_carries_unclaimed_rows_forward
         # The four unclaimed rows live on in slot 1 under their ids and first run, and are claimable.
         moved = await conn.fetch(ring.claim(), [1], 1, epoch, 0, 10, 8, 30.0, 1)
         assert sorted((r["delivery_id"], r["run"]) for r in moved) == [(d, 1) for d in published[1:]]
+    finally:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {ring.s} CASCADE")
+        await conn.close()
+
+
+async def test_a_log_bucket_stays_while_claims_made_in_it_are_in_the_ring(pg_dsn: str) -> None:
+    """Dropping a settled claim's log bucket before its slot is pruned would make it look open again."""
+    ring = Ring(f"ring_test_{uuid.uuid4().hex[:8]}", Config(slots=3, bucket_seconds=1.0, keep_buckets=0))
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await ring.create(conn)
+        await ring.premake(conn, ahead=20)
+        await conn.fetch(ring.publish, [b"{}"], [1])
+        epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+        (c,) = await conn.fetch(ring.claim(), [0], 1, epoch, 0, 1, 7, 0.1, 1)  # a lease of 0.1 s
+        settled = await conn.fetch(
+            ring.settle,
+            *[[c[k]] for k in ("part", "delivery_id", "run", "subscription_id", "event_part", "event_id")],
+            [c["attempt"]],
+            ["completed"],
+            3,
+            1,
+            0.0,
+        )
+        assert len(settled) == 1
+        await anyio.sleep(1.1)  # the claim's bucket is now behind the kept ones
+        leader = Leader(ring, conn, Ledger())
+        await leader.drop_buckets()
+        assert c["part"] in await ring.buckets(conn, "log")
+        await leader.rescue()  # the lease is over, the run settled: nothing to rescue
+        assert leader.stats.rescued == 0
     finally:
         await conn.execute(f"DROP SCHEMA IF EXISTS {ring.s} CASCADE")
         await conn.close()
