@@ -869,7 +869,15 @@ async def own_wal(dsn: str, lsns: Sequence[str]) -> list[int]:
     """The WAL bytes of each of the three phases bounded by ``lsns`` (four LSNs)."""
     conn = await asyncpg.connect(dsn)
     try:
-        row = await conn.fetchrow(_OWN_WAL, lsns[0], lsns[3], lsns[1], lsns[2])
+        # pg_walinspect reads flushed WAL only: wait for the end to be flushed (background writer),
+        # then read no further than what is.
+        end = lsns[3]
+        for _ in range(40):
+            if await conn.fetchval("SELECT pg_current_wal_flush_lsn() >= $1::text::pg_lsn", end):
+                break
+            await anyio.sleep(0.05)
+        end = await conn.fetchval("SELECT least($1::text::pg_lsn, pg_current_wal_flush_lsn())::text", end)
+        row = await conn.fetchrow(_OWN_WAL, lsns[0], end, lsns[1], lsns[2])
         assert row is not None
         return [int(row["a"]), int(row["b"]), int(row["c"])]
     finally:
