@@ -953,8 +953,7 @@ async def run_prototype(
     setup = await asyncpg.connect(dsn)
     out: dict[str, Any] = {"config": dataclasses.asdict(cfg), "held_xmin": hold}
     try:
-        await ring.create(setup)
-        await ring.premake(setup, ahead=4)
+        await _make_schema(dsn, ring)
         async with anyio.create_task_group() as ticker_tg:
             # Subscriptions: ids 1..n (the prototype keeps no subscriptions table).
             subs = list(range(1, cfg.subscriptions + 1))
@@ -976,7 +975,7 @@ async def run_prototype(
                 cursors: dict[Any, tuple[Any, int]] = {}
                 full_scans: dict[Any, float] = {}
                 stop = anyio.Event()
-                await ring.premake(setup, ahead=4)
+                await ring.premake(leader_conn, ahead=4)
                 started = time.perf_counter()
                 ticker_tg.start_soon(leader.run, stop_leader)
                 try:
@@ -1008,6 +1007,9 @@ async def run_prototype(
                     out["db_log"] = db_log
                 steps["checks"] = time.perf_counter() - started - steps["leader_stop"]
                 await leader.prune_everything()
+                # A busy backend flushes its table statistics at most each second, and an idle one up to
+                # 10 s later: the leader's connection ends here so its counts land in this run's figures.
+                await leader_conn.close()
                 steps["prune_everything"] = (
                     time.perf_counter() - started - steps["checks"] - steps["leader_stop"]
                 )
@@ -1021,7 +1023,7 @@ async def run_prototype(
                 for phase in (publish, drain, retention):
                     await phase()
             stop_leader.set()
-            await leader_conn.close()
+            await leader_conn.close()  # closed already after a retention phase: a no-op then
     finally:
         await setup.execute(f"DROP SCHEMA IF EXISTS {ring.s} CASCADE")
         await setup.close()
@@ -1030,6 +1032,17 @@ async def run_prototype(
     out["drain_seconds"] = drain_time["seconds"]
     out.update(figures)
     return out
+
+
+async def _make_schema(dsn: str, ring: Ring) -> None:
+    """The ring's schema, made on a connection of its own, closed (its statistics flushed) before
+    the counters are first read."""
+    maker = await asyncpg.connect(dsn)
+    try:
+        await ring.create(maker)
+        await ring.premake(maker, ahead=4)
+    finally:
+        await maker.close()
 
 
 async def _publish_all(dsn: str, ring: Ring, subs: list[int], ledger: Ledger) -> None:
