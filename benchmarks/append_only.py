@@ -2,7 +2,7 @@
 
     python -m benchmarks.append_only --dsn postgresql://postgres@127.0.0.1:5432/test \\
         --json benchmarks/results/append_only.json
-    python -m benchmarks.append_only --deliveries 100000 --runs 3          # the issue's size
+    python -m benchmarks.append_only --deliveries 100000 --runs 1          # the issue's size
 
 Everything runs in a scratch database created for the sitting (dropped at the
 end), so catalog and WAL figures are the run's own. The prototype lives in a
@@ -14,7 +14,8 @@ throwaway schema of it:
   ``pruned``), never updated;
 - ``log`` (``part, delivery_id, run``: the second fence) and ``events`` are
   ``LIST (part)`` partitioned by time buckets of ``--bucket-seconds`` (the
-  stand-in for days), made ahead and dropped past ``--keep-buckets``;
+  stand-in for days), made ahead and dropped past ``keep_buckets`` once no
+  ready row (events) or claim row (log) of the ring was made in them;
 - publish inserts events and one ready row per subscription into the current
   slot; a claim anti-joins the claim ledger (``ORDER BY run_at, delivery_id
   LIMIT n FOR UPDATE SKIP LOCKED``) and inserts its claims ``ON CONFLICT DO
@@ -23,8 +24,10 @@ throwaway schema of it:
   means the lease was lost); the leader rescues expired leases with a
   ``lease_expired`` (or ``dead``) log row under the claim's key;
 - every ``--rotate-seconds`` the leader opens the next slot (when it has been
-  pruned), closes the slots ``--close-lag`` rotations old (workers stop
-  claiming from them within a tick) and prunes closed slots: ``SET LOCAL
+  pruned), ANALYZEs the one it sealed, closes the sealed slots whose rows are
+  all claimed (the oldest anyway when the ring is about to be full; workers
+  stop claiming from a closed slot within a tick) and prunes closed slots:
+  ``SET LOCAL
   lock_timeout = '10ms'``, lock both partitions, give up while a lease is
   still valid, rescue expired ones, carry unclaimed rows forward into the
   current slot with the same ids, ``TRUNCATE`` both.
@@ -42,11 +45,13 @@ Per completed delivery and phase: updates plus deletes on the schema's tables
 (``n_tup_upd + n_tup_del``, TRUNCATE and DROP leave none), WAL bytes of the
 scratch database (``pg_walinspect``: records on its relations, catalogs
 included, and the records of the transactions that wrote them) and table plus
-index growth; ``pg_class`` updates and deletes per minute (catalog churn from
-TRUNCATE and partition DDL); claim latency p50/p99, the prototype's split by
-whether a prune transaction overlapped the claim. Every prototype run checks
-its correctness (see ``check``). Then a race run (two subscriptions, failures,
-expiring leases whose late completions must lose, fast rotation) and the
+index growth; ``pg_class`` and all ``pg_catalog`` updates and deletes
+(catalog churn from TRUNCATE, ANALYZE and partition DDL); claim latency
+p50/p99, the prototype's split by whether a prune transaction overlapped the
+claim. Every prototype run checks its correctness (see ``check``). Then a
+race run (two subscriptions, failures, expiring leases whose late completions
+must lose, fast rotation, published while draining), a steady run (published
+at ``--steady-rate`` while draining, so prunes run under claims) and the
 generic-plan probe (``plan_probe``: does a claim lock the closed slot, and
 does a 10 ms TRUNCATE get through while claims run).
 """
