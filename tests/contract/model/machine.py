@@ -5,16 +5,20 @@ Each rule is one step of the delivery contract on the real backend: publish
 delayed past the end of the run), claim (with a long lease or one that runs
 out at once), complete (with a follow-up event), fail (retried at once,
 retried past the end of the run, or dead), release, extend, the sweep of
-expired leases, a result under a stale lease token, cancel, replay of dead
-letters, and retention. Each checks what the store answered against the model, then
+expired leases, a result under a stale lease token, cancel (of pending and
+of stuck deliveries), the operator's retry now and release of stuck
+deliveries, replay of dead letters, and retention. Each checks what the store answered against the model, then
 moves the model; the invariants compare every delivery and the counts after
 every step.
 
 Steps call the :class:`~eventbus.backends.base.DeliveryStore` port as a
 worker or a pull claim does, and the :class:`~eventbus.Bus` for publishing,
-cancel, replay and pruning. A lease is made to run out without moving any
-clock: a claim or renewal with a 1 ms lease, and the sweep a few
-milliseconds later.
+cancel, retry now, release of stuck deliveries, replay and pruning. A lease
+is made to run out without moving any clock: a claim or renewal with a 1 ms
+lease, and the sweep a few milliseconds later. A worker is lost the same way:
+claims are made by a live worker (its heartbeat taken as each run starts) or
+by one that never reported, and an operator's action may call every worker
+lost after 1 ms of silence.
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ __all__ = ["WORKER", "DeliveryMachine", "Harness", "Item"]
 T = TypeVar("T")
 
 WORKER = "00000000-0000-4000-8000-0000000000aa"
+"""A live worker: it reports as each run starts (and again when its report grows old)."""
+GONE = "00000000-0000-4000-8000-0000000000bb"
+"""A worker that never reported: lost from the start, whatever its leases."""
+WORKERS = st.sampled_from([WORKER, WORKER, GONE])
 LONG_LEASE = 60.0
 SHORT_LEASE = 0.001
 EXPIRED_AFTER = 0.005
@@ -49,8 +57,18 @@ CLOCK_TICK = 0.003
 """A prune waits this long first: SQLite's clock counts milliseconds, and a prune with no retention takes
 only rows that finished before its own time."""
 
+SILENT = 0.001
+"""An operator's ``lost_after_seconds`` past which every worker is lost (the machine waits it out)."""
+BEAT_AGAIN = 10.0
+"""The live worker reports again before an operator's action once its report is this old (lost at 30 s)."""
+
 LATER = 3600.0
 """A delay (of a publish or a retry) that outlasts any run: the delivery stays pending and not due."""
+
+ALL_SILENT = st.sampled_from([False, False, False, True])
+"""Whether an operator's action calls every worker lost (mostly not: a live worker's live lease stays)."""
+LATE_RESULTS = st.sampled_from([None, "complete", "fail", "release", "extend"])
+"""What the old holder of a delivery an operator released or cancelled does next, if anything."""
 
 KEYS = st.sampled_from([None, "k1", "k2", "k3"])
 ORDERING_KEYS = st.sampled_from([None, "a", "b"])
@@ -98,6 +116,13 @@ class DeliveryMachine(RuleBasedStateMachine):
         """(attempts, replays) of each delivery as the last check saw it."""
         self.handed_back: set[int] = set()
         """Deliveries released since the last check (their claim's attempt does not count)."""
+        self.beat_at = 0.0
+        self.beat()
+
+    def beat(self) -> None:
+        """The live worker reports (its row outlives the reset between runs)."""
+        self.call(self.store.worker_beat, WORKER)
+        self.beat_at = time.monotonic()
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -169,10 +194,12 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     # -- publishing --------------------------------------------------------------
 
-    @initialize(specs=st.lists(SPECS, min_size=1, max_size=6))
-    def backlog(self, specs: list[Spec]) -> None:
-        """Every run starts with some work."""
+    @initialize(specs=st.lists(SPECS, min_size=1, max_size=6), data=st.data(), claimed=st.booleans())
+    def backlog(self, specs: list[Spec], data: st.DataObject, claimed: bool) -> None:
+        """Every run starts with some work, and half of them with some of it claimed."""
         self.publish(specs, batch=True)
+        if claimed and self.model.in_status("pending"):
+            self.claim(data, data.draw(st.integers(1, 3)), data.draw(st.booleans()), data.draw(WORKERS))
 
     @rule(specs=st.lists(SPECS, min_size=1, max_size=3), batch=st.booleans())
     def publish(self, specs: list[Spec], batch: bool) -> None:
@@ -190,12 +217,13 @@ class DeliveryMachine(RuleBasedStateMachine):
     # -- claims and their results ------------------------------------------------
 
     @precondition(lambda self: self.model.in_status("pending"))
-    @rule(data=st.data(), limit=st.integers(1, 3), short=st.booleans())
-    def claim(self, data: st.DataObject, limit: int, short: bool) -> None:
+    @rule(data=st.data(), limit=st.integers(1, 3), short=st.booleans(), worker=WORKERS)
+    def claim(self, data: st.DataObject, limit: int, short: bool, worker: str) -> None:
+        """A claim by the live worker or the lost one, with a long lease or one that runs out."""
         sub = data.draw(st.sampled_from(self.model.subs))
         claimable = self.model.claimable(sub)
         lease = SHORT_LEASE if short else LONG_LEASE
-        got = self.call(self.store.claim, sub.id, limit, lease, WORKER, sub.ordered)
+        got = self.call(self.store.claim, sub.id, limit, lease, worker, sub.ordered)
         ids = [c.id for c in got]
         assert len(set(ids)) == len(ids) == min(limit, len(claimable)), (ids, claimable)
         assert set(ids) <= claimable, f"claimed {set(ids) - claimable}, not claimable (per-key FIFO)"
@@ -204,7 +232,7 @@ class DeliveryMachine(RuleBasedStateMachine):
             d = self.model.deliveries[c.id]
             assert (c.event_id, c.subscription_id, c.attempts) == (d.event_id, sub.id, d.attempts + 1)
             assert c.lease_token not in {token for _, token in self.model.stale}
-            self.model.claimed(d, c.lease_token, short)
+            self.model.claimed(d, c.lease_token, short, worker)
         if short and got:
             self.short_lease_at = time.monotonic()
 
@@ -283,11 +311,17 @@ class DeliveryMachine(RuleBasedStateMachine):
     def stale_result(self, data: st.DataObject, how: str) -> None:
         """Fencing: a token whose claim ended changes nothing, its follow-ups included.
 
-        Mostly the token of an earlier claim of a delivery that is processing
-        again under a new one: the case fencing is for.
+        Often the token of an earlier claim of a delivery that is processing
+        again under a new one: the case fencing is for; else any ended claim's
+        (one an operator released or cancelled as stuck, among others).
         """
         reclaimed = [(i, t) for i, t in self.model.stale if i in {d.id for d in self.processing()}]
-        delivery_id, token = data.draw(st.sampled_from(reclaimed or self.model.stale))
+        pool = reclaimed if reclaimed and data.draw(st.integers(0, 3)) > 0 else self.model.stale
+        delivery_id, token = data.draw(st.sampled_from(pool))
+        self.refused(delivery_id, token, how)
+
+    def refused(self, delivery_id: int, token: str, how: str) -> None:
+        """A result under a token whose claim ended: ``how`` is refused and changes nothing."""
         did = DeliveryId(delivery_id)
         if how == "complete":
             follow_up = (self.outgoing(Spec(None, None)),)
@@ -302,15 +336,96 @@ class DeliveryMachine(RuleBasedStateMachine):
 
     # -- operations --------------------------------------------------------------
 
-    @precondition(lambda self: self.model.in_status("pending"))
+    def some_ids(self, data: st.DataObject, among: list[Delivery]) -> list[int]:
+        """Up to three delivery ids, mostly of ``among`` (when any), sometimes of any state."""
+        mostly = bool(among) and data.draw(st.integers(0, 2)) > 0
+        ids = [d.id for d in among] if mostly else sorted(self.model.deliveries)
+        return data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
+
+    def lost_workers(self, all_silent: bool) -> tuple[float, frozenset[str]]:
+        """The ``lost_after_seconds`` of an operator's action about to run, and who is lost then.
+
+        Every short lease has run out first. With ``all_silent`` every worker is
+        lost (1 ms of silence, waited out); else only the one that never reported.
+        """
+        now = time.monotonic()
+        if now - self.beat_at > BEAT_AGAIN:
+            self.beat()
+        wait_until = self.short_lease_at + EXPIRED_AFTER
+        if all_silent:
+            wait_until = max(wait_until, self.beat_at + EXPIRED_AFTER)
+        time.sleep(max(0.0, wait_until - time.monotonic()))
+        return (SILENT, frozenset({WORKER, GONE})) if all_silent else (30.0, frozenset({GONE}))
+
+    @precondition(lambda self: self.model.in_status("pending", "processing"))
+    @rule(data=st.data(), stuck=st.booleans(), all_silent=ALL_SILENT, late=LATE_RESULTS)
+    def cancel(self, data: st.DataObject, stuck: bool, all_silent: bool, late: str | None) -> None:
+        """Pending deliveries end cancelled, and with ``stuck`` stuck ones too: the old holder's
+        result (``late``) is refused."""
+        among = self.processing() if stuck else []
+        chosen = self.some_ids(data, among or self.model.in_status("pending"))
+        lost_after, lost = self.lost_workers(all_silent) if stuck else (30.0, frozenset())
+        moved = [
+            self.model.deliveries[i]
+            for i in chosen
+            if self.model.deliveries[i].status == "pending"
+            or (stuck and self.model.stuck(self.model.deliveries[i], lost))
+        ]
+        tokens = [(d.id, d.token) for d in moved if d.token is not None]
+        got = self.call(lambda: self.bus.cancel(chosen, stuck=stuck, lost_after_seconds=lost_after))
+        assert got == len(moved), (chosen, moved)
+        for d in moved:
+            self.model.cancelled(d)
+        if tokens and late is not None:
+            self.refused(*tokens[0], late)
+
+    @precondition(lambda self: any(not d.due for d in self.model.in_status("pending")))
     @rule(data=st.data())
-    def cancel(self, data: st.DataObject) -> None:
-        ids = sorted(self.model.deliveries)
-        chosen = data.draw(st.lists(st.sampled_from(ids), min_size=1, max_size=3, unique=True))
-        pending = [self.model.deliveries[i] for i in chosen if self.model.deliveries[i].status == "pending"]
-        assert self.call(self.bus.cancel, chosen) == len(pending)
-        for d in pending:
-            d.status = "cancelled"
+    def retry_now(self, data: st.DataObject) -> None:
+        """Pending deliveries waiting out a delay or a backoff become due now (and claimable when
+        they head their key): by ids, or every delivery of the condition ``retrying``."""
+        by_filter = bool(self.model.retrying()) and data.draw(st.booleans())
+        if by_filter:
+            target: list[int] | DeliveryFilter = DeliveryFilter(condition="retrying")
+            moved = self.model.retrying()
+            listed = self.call(lambda: self.bus.find_deliveries(DeliveryFilter(condition="retrying")))
+            assert sorted(r.id for r in listed) == [d.id for d in moved]
+        else:
+            target = self.some_ids(data, [d for d in self.model.in_status("pending") if not d.due])
+            moved = [d for i in target if (d := self.model.deliveries[i]).status == "pending" and not d.due]
+        assert self.call(self.bus.retry_now, target) == len(moved), (target, moved)
+        for d in moved:
+            self.model.retried_now(d)
+
+    @precondition(lambda self: self.processing())
+    @rule(data=st.data(), all_silent=ALL_SILENT, late=LATE_RESULTS)
+    def release_stuck(self, data: st.DataObject, all_silent: bool, late: str | None) -> None:
+        """Stuck deliveries go back as a lease recovery sends them (the attempt counts, its
+        history row says ``Released``); their tokens lose. By ids, or by the condition
+        ``stuck`` (whose rows are the expired leases: a lost worker's live lease is not among them)."""
+        lost_after, lost = self.lost_workers(all_silent)
+        if data.draw(st.integers(0, 3)) == 0:
+            target: list[int] | DeliveryFilter = DeliveryFilter(condition="stuck")
+            moved = [d for d in self.processing() if d.short_lease]
+        else:
+            target = self.some_ids(data, self.processing())
+            moved = [d for i in target if self.model.stuck(d := self.model.deliveries[i], lost)]
+        holders = [(d.token, d.worker) for d in moved]
+        got = self.call(lambda: self.bus.release_stuck(target, lost_after_seconds=lost_after))
+        assert got == len(moved), (target, moved)
+        for d in moved:
+            self.model.released_stuck(d)
+        if moved:
+            d = moved[0]
+            detail = self.call(self.bus.delivery, d.id)
+            assert (detail.status, detail.attempts) == (d.status, d.attempts)
+            assert detail.last_error == "Released: released by an operator"
+            assert len(detail.history) == d.failures
+            last = detail.history[-1]
+            assert (last.attempt, last.error_type, last.worker_id) == (d.attempts, "Released", holders[0][1])
+            token = holders[0][0]
+            if late is not None and token is not None:
+                self.refused(d.id, token, late)
 
     @precondition(lambda self: self.model.in_status("dead"))
     @rule(data=st.data(), by_subscription=st.booleans())

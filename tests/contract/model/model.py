@@ -6,8 +6,12 @@ contract says (``eventbus/backends/ports/``): a claim takes what
 :meth:`Model.claimable` lists, a result is applied only under the token of
 the delivery's current claim, a recovered or settled claim's token is stale
 for good, a replay starts a dead delivery over, a prune deletes what
-:meth:`Model.prunable` lists. The state machine in ``test_delivery_machine.py``
-does each step on a real backend and on this model and compares them.
+:meth:`Model.prunable` lists. The operator's actions (``eventbus.stuck``): a
+retry now makes a waiting delivery due, a release of a stuck one (see
+:meth:`Model.stuck`) moves it as a lease recovery does, a cancel with
+``stuck`` ends it cancelled; both clear its claim's token. The state machine
+in ``test_delivery_machine.py`` does each step on a real backend and on this
+model and compares them.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ class Delivery:
     status: str = "pending"
     attempts: int = 0
     token: str | None = None
+    worker: str | None = None
+    """The worker of its current claim (None when not processing)."""
     short_lease: bool = False
     """Its current lease runs out at once (the machine's way to let a lease expire)."""
     due: bool = True
@@ -96,6 +102,15 @@ class Model:
         earlier = any(o.status in ("pending", "processing") and o.event_id < d.event_id for o in same_key)
         return not busy and not earlier
 
+    def stuck(self, d: Delivery, lost: frozenset[str]) -> bool:
+        """A release or a stuck cancel takes ``d``: processing, its lease run out (every short
+        lease has, when the machine acts) or its worker among the ``lost``."""
+        return d.status == "processing" and (d.short_lease or d.worker in lost)
+
+    def retrying(self) -> list[Delivery]:
+        """The condition ``retrying``: pending after a failed attempt, waiting out its backoff."""
+        return [d for d in self.in_status("pending") if not d.due and d.attempts > 0]
+
     def counts(self) -> Counter[tuple[str, str]]:
         return Counter((d.sub.name, d.status) for d in self.deliveries.values())
 
@@ -109,15 +124,15 @@ class Model:
             d = Delivery(delivery_ids[sub.name], event.id, sub, ordering_key, due=not event.delayed)
             self.deliveries[d.id] = d
 
-    def claimed(self, d: Delivery, token: str, short_lease: bool) -> None:
-        d.status, d.token, d.short_lease = "processing", token, short_lease
+    def claimed(self, d: Delivery, token: str, short_lease: bool, worker: str) -> None:
+        d.status, d.token, d.short_lease, d.worker = "processing", token, short_lease, worker
         d.attempts += 1
 
     def settled(self, d: Delivery, status: str) -> None:
         """The claim ended (completed, failed, released, recovered): its token is stale from now on."""
         assert d.token is not None
         self.stale.append((d.id, d.token))
-        d.status, d.token, d.short_lease = status, None, False
+        d.status, d.token, d.short_lease, d.worker = status, None, False, None
 
     def failed(self, d: Delivery, dead: bool, later: bool = False) -> None:
         """A failed attempt: dead, or retried now or (``later``) past the end of the run."""
@@ -132,6 +147,20 @@ class Model:
     def expired(self, d: Delivery) -> None:
         d.failures += 1
         self.settled(d, "dead" if d.attempts >= d.sub.max_attempts else "pending")
+
+    def released_stuck(self, d: Delivery) -> None:
+        """An operator's release: as a lease recovery, the attempt counts (its history row too)."""
+        self.expired(d)
+
+    def cancelled(self, d: Delivery) -> None:
+        """Pending, or stuck processing (its token then stale), -> cancelled."""
+        if d.status == "processing":
+            self.settled(d, "cancelled")
+        else:
+            d.status = "cancelled"
+
+    def retried_now(self, d: Delivery) -> None:
+        d.due = True
 
     def replayed(self, d: Delivery) -> None:
         d.status, d.attempts, d.due = "pending", 0, True
