@@ -485,6 +485,10 @@ class Bus(Router):
         """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
         return await self.backend.inspect.subscriptions()
 
+    async def subscription_names(self) -> list[str]:
+        """The names of every subscription the database knows, in order (no backlog is counted)."""
+        return await self.backend.inspect.subscription_names()
+
     async def pause_subscription(self, name: str, *, audit: Actor | None = None) -> bool:
         """Stop claims of ``name``; its deliveries keep accumulating. False if it was not active.
 
@@ -523,10 +527,17 @@ class Bus(Router):
         """
         return self.backend.wakeups.observe()
 
-    async def status(self) -> StatusReport:
-        """Counts, each subscription's queue, workers and (PostgreSQL) storage health."""
-        report = await self.backend.inspect.status()
-        details = await self.backend.inspect.health()
+    async def status(self, *, window: int | None = None) -> StatusReport:
+        """Counts, each subscription's queue, workers and (PostgreSQL) storage health.
+
+        ``window``: count completed and cancelled deliveries among the newest
+        ``window`` only, and events no further than ``window`` (see
+        :attr:`StatusReport.window`), so the read stays bounded at millions of rows.
+        """
+        if window is not None and window < 1:
+            raise ConfigurationError(f"window must be at least 1, got {window}")
+        report = await self.backend.inspect.status(window)
+        details = await self.backend.inspect.health(window)
         return msgspec.structs.replace(report, **msgspec.structs.asdict(details))
 
     async def trace(self, event_id: int, *, limit: int = 1000) -> ChainEvent:

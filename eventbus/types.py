@@ -342,9 +342,9 @@ class StatusDetails(msgspec.Struct, frozen=True):
 class StatusReport(msgspec.Struct, frozen=True):
     """Counts by event type, subscription and status, and the oldest pending age.
 
-    ``rows`` are exact counts over the whole deliveries table; the newer fields
-    come from partial indexes and bounded scans, so they stay fast at millions
-    of rows.
+    ``rows`` are exact counts over the whole deliveries table (unless
+    :attr:`window` says they were bounded); the newer fields come from partial
+    indexes and bounded scans, so they stay fast at millions of rows.
     """
 
     rows: Sequence[StatusRow]
@@ -363,6 +363,12 @@ class StatusReport(msgspec.Struct, frozen=True):
     replica_lag_seconds: float | None = None
     """PostgreSQL with ``read_dsn`` only: how far the replica that answered was behind
     (0 when it had replayed everything it received)."""
+    window: int | None = None
+    """Set by ``status(window=N)``: the completed and cancelled ``rows`` were counted
+    among the newest N deliveries only, and ``events`` no further than N (pending,
+    processing and dead stay exact, from their partial indexes). None: every count is exact."""
+    window_full: bool = False
+    """The window held N deliveries: the completed and cancelled counts are lower bounds."""
 
 
 class ScheduleInfo(msgspec.Struct, frozen=True):
@@ -511,6 +517,10 @@ class WorkflowHistoryRow(msgspec.Struct, frozen=True):
     delivery_id: int | None
     started_at: datetime
     at: datetime
+    woken_by: str | None = None
+    """What woke the visit (``start``, ``timer``, ``signal:NAME``, ``approved:WHO``...: the
+    state-machines guide lists them); None when not recorded: an operator's action, or a row
+    written before causes were recorded."""
 
 
 class WorkflowSignalRow(msgspec.Struct, frozen=True):

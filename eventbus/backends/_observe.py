@@ -77,9 +77,11 @@ def chain_of(events: Sequence[Any], deliveries: Sequence[Any]) -> list[ChainEven
     return out
 
 
-def subscriptions_of(rows: Sequence[Any], recent: Sequence[Any]) -> list[SubscriptionStatus]:
+def subscriptions_of(
+    rows: Sequence[Any], recent: Sequence[Any], window: int = RECENT_WINDOW
+) -> list[SubscriptionStatus]:
     completed = {r["subscription_id"]: int(r["n"] or 0) for r in recent}
-    capped = sum(int(r["examined"]) for r in recent) >= RECENT_WINDOW
+    capped = sum(int(r["examined"]) for r in recent) >= window
     return [
         SubscriptionStatus(
             name=r["name"],
@@ -98,7 +100,9 @@ def subscriptions_of(rows: Sequence[Any], recent: Sequence[Any]) -> list[Subscri
     ]
 
 
-def event_types_of(rows: Sequence[Any], version_rows: Sequence[Any] = ()) -> list[EventTypeRow]:
+def event_types_of(
+    rows: Sequence[Any], version_rows: Sequence[Any] = (), cap: int = COUNT_CAP
+) -> list[EventTypeRow]:
     """Event type rows, each with its versions (a type with no row in ``version_rows`` is all version 1)."""
     versions: dict[str, dict[int, int]] = {}
     for v in version_rows:
@@ -108,7 +112,7 @@ def event_types_of(rows: Sequence[Any], version_rows: Sequence[Any] = ()) -> lis
         EventTypeRow(
             event_type=r["event_type"],
             events=r["events"],
-            events_capped=r["events"] >= COUNT_CAP,
+            events_capped=r["events"] >= cap,
             subscriptions=r["subscriptions"],
             versions=versions.get(r["event_type"]) or ({1: r["events"]} if r["events"] else {}),
         )

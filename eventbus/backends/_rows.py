@@ -16,7 +16,9 @@ from typing import Any, TypeVar
 import msgspec
 import orjson
 
-__all__ = ["row_as", "rows_as"]
+from ..types import DeliveryStatus, StatusReport, StatusRow
+
+__all__ = ["row_as", "rows_as", "windowed"]
 
 T = TypeVar("T")
 
@@ -48,3 +50,20 @@ def row_as(
 def rows_as(cls: type[T], rows: Iterable[Any], *, json: Sequence[str] = ()) -> list[T]:
     """:func:`row_as` for each of ``rows``, in order."""
     return [row_as(cls, row, json=json) for row in rows]
+
+
+def windowed(report: StatusReport, recent: Sequence[StatusRow], window: int) -> StatusReport:
+    """``report`` (a StatusReport) with its rows bounded: completed and cancelled
+    counted among the newest ``window`` deliveries (``recent``, StatusRows), pending,
+    processing and dead exact from its subscriptions (their partial indexes)."""
+    backlog: tuple[DeliveryStatus, ...] = ("pending", "processing", "dead")
+    exact = [
+        StatusRow(s.event_type, s.name, status, n)
+        for s in report.subscriptions
+        for status, n in zip(backlog, (s.pending, s.processing, s.dead), strict=True)
+        if n
+    ]
+    kept = [r for r in recent if r.status in ("completed", "cancelled")]
+    rows = sorted([*exact, *kept], key=lambda r: (r.event_type, r.subscription, r.status))
+    full = sum(r.count for r in recent) >= window
+    return msgspec.structs.replace(report, rows=rows, window=window, window_full=full)

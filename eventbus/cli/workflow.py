@@ -226,7 +226,9 @@ _decision("deny", "Deny a pending request.")
 
 @workflow.command()
 @click.argument("machine")
-@click.option("--format", "fmt", type=click.Choice(["mermaid", "dot"]), default="mermaid", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["mermaid", "dot", "svg"]), default="mermaid", show_default=True
+)
 @click.option("--live", is_flag=True, help="Add instance counts per state.")
 @click.pass_obj
 def diagram(obj: _WorkflowObj, machine: str, fmt: str, live: bool) -> None:

@@ -108,7 +108,7 @@ def create_app(
         *_actions.routes(pages),
         *_triage.routes(pages),
         *_audit.routes(pages),
-        Route("/live", _live.endpoint(_live.Fanout(bus, live_fallback), live_interval)),
+        Route("/live", _live.endpoint(_live.Fanout(bus, live_fallback, count_cap), live_interval)),
         Mount("/static", StaticFiles(packages=[("eventbus.web", "static")]), name="static"),
     ]
     handlers: dict[type[Exception], Handler] = {

@@ -40,8 +40,8 @@ KEEPALIVE_SECONDS = 15.0
 log = logging.getLogger("eventbus.web")
 
 
-async def fingerprint(bus: Bus) -> str:
-    report = await bus.status()
+async def fingerprint(bus: Bus, window: int | None = None) -> str:
+    report = await bus.status(window=window)
     state = [report.events, sorted((r.subscription, r.status, r.count) for r in report.rows)]
     gone = {w.id for w in report.workers if w.silent_seconds > STALE_WORKER_SECONDS}
     state.append(sorted((w.id, w.listener_ok, w.id in gone) for w in report.workers))
@@ -55,8 +55,9 @@ class Fanout:
     (``trouble`` names the last error type); a stream waits for either to move.
     """
 
-    def __init__(self, bus: Bus, fallback: float) -> None:
+    def __init__(self, bus: Bus, fallback: float, window: int | None = None) -> None:
         self.bus = bus
+        self.window = window
         self.fallback = fallback
         self.changes = 0
         self.troubles = 0
@@ -72,7 +73,7 @@ class Fanout:
     async def _look(self, last: str | None) -> str | None:
         """The status's fingerprint now, telling a change from ``last``; ``last`` when the look failed."""
         try:
-            now = await fingerprint(self.bus)
+            now = await fingerprint(self.bus, self.window)
         except EventBusError as exc:
             self.troubles, self.trouble = self.troubles + 1, type(exc).__name__
             self._tell()

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import urllib.parse
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..types import ChainEvent, DeliveryFilter, DeliveryRow, StatusReport, trace_id_of
-from ..workflows import diagram
+from ..workflows import Instance, Machine, diagram
+from ..workflows._drawing import draw
 from . import _filters as f
 from ._render import STALE_WORKER_SECONDS, Pages, capped, pretty_json
 from ._stuck import timings
+from ._timeline import Visit, timeline_svg, visits
 
 __all__ = ["routes"]
 
@@ -27,7 +31,7 @@ PAYLOAD_SHOWN_BYTES = 64 * 1024
 
 def routes(p: Pages) -> list[Route]:
     async def overview(request: Request) -> Response:
-        return p.render(request, "overview.html", **overview_values(await p.bus.status()))
+        return p.render(request, "overview.html", **overview_values(await p.bus.status(window=p.count_cap)))
 
     async def deliveries(request: Request) -> Response:
         q = request.query_params
@@ -92,17 +96,22 @@ def machine_routes(p: Pages) -> list[Route]:
         return p.render(
             request, "machine.html", machine=m, counts=sorted(counts.items()), instances=found,
             diagram=diagram(m, counts=counts), status=status, state=state,
+            drawing=Markup(draw(m, counts, current=state, link=_links(request, m))),
         )  # fmt: skip
 
     async def instance(request: Request) -> Response:
         m = p.bus.workflows.machine(request.path_params["name"])
         key = request.path_params["key"]
         inst = await p.bus.workflows.instance(m, key)
+        history = await p.bus.workflows.history(m, key)
+        run = visits(history, inst.run_id)
+        drawing = draw(m, await p.bus.workflows.counts(m), current=inst.state, link=_links(request, m))
         return p.render(
             request, "instance.html", machine=m, inst=inst,
             checkpoint=pretty_json(msgspec.json.encode(inst.checkpoint)),
-            history=await p.bus.workflows.history(m, key), approvals=await p.bus.workflows.approvals(m, key),
+            history=history, approvals=await p.bus.workflows.approvals(m, key),
             signals=await p.bus.workflows.signals(m, key), states=sorted([*m.states, *m.terminals]),
+            run=run, timeline=Markup(timeline_svg(run, _present(inst, run))), drawing=Markup(drawing),
         )  # fmt: skip
 
     return [
@@ -110,6 +119,25 @@ def machine_routes(p: Pages) -> list[Route]:
         Route("/machines/{name}", machine),
         Route("/machines/{name}/instances/{key:path}", instance),
     ]
+
+
+def _present(inst: Instance[Any], run: list[Visit]) -> tuple[str, float] | None:
+    """A live run's present wait: its status and the seconds since its last row (by this process's clock)."""
+    if inst.status in ("completed", "failed", "cancelled") or not run:
+        return None
+    return inst.status, max(0.0, (datetime.now(UTC) - run[-1].row.at).total_seconds())
+
+
+def _links(request: Request, m: Machine[Any]) -> Any:
+    """The links of a drawing's boxes: a state to the machine's instances in it, a child to its machine."""
+    base = request.scope.get("root_path", "").rstrip("/")
+
+    def link(kind: str, name: str) -> str:
+        if kind == "machine":
+            return f"{base}/machines/{urllib.parse.quote(name)}"
+        return f"{base}/machines/{urllib.parse.quote(m.name)}?state={urllib.parse.quote(name)}"
+
+    return link
 
 
 def schedule_routes(p: Pages) -> list[Route]:
@@ -183,4 +211,4 @@ def _trace_link(template: str | None, trace: str | None) -> tuple[str, str | Non
 
 
 async def _names(p: Pages) -> list[str]:
-    return [s.name for s in await p.bus.list_subscriptions()]
+    return await p.bus.subscription_names()

@@ -15,6 +15,7 @@ from starlette.responses import HTMLResponse
 from ..bus import Bus
 from ..triage import DEFAULT_SAMPLE
 from ._guard import Guard
+from ._timeline import duration
 
 __all__ = ["FLASHES", "STALE_WORKER_SECONDS", "Pages", "capped", "flash_message", "pretty_json"]
 
@@ -101,6 +102,7 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(when=when, seconds=seconds, number=lambda n: f"{n:,}")
+    env.filters["duration"] = lambda v: "—" if v is None else duration(v)
     return env
 
 

@@ -58,7 +58,7 @@ def routes(p: Pages) -> list[Route]:
         found = await error_groups(p.bus, flt, sample=p.triage_sample)
         return p.render(
             request, "triage.html", kind=kind, triage=found, ops=OPS[kind], query=f.query_of(q, FIELDS),
-            subscriptions=[s.name for s in await p.bus.list_subscriptions()],
+            subscriptions=await p.bus.subscription_names(),
         )  # fmt: skip
 
     async def delivery(request: Request) -> Response:

@@ -73,6 +73,8 @@ class Writer:
     actor: str
     delivery_id: int | None = None
     lease_token: str | None = None
+    woken_by: str | None = None
+    """What woke the visit (see :mod:`._wake`); None for an operator."""
 
     @property
     def lease(self) -> tuple[int, str] | None:
@@ -204,6 +206,7 @@ def _entry(
         reason=_clean(reason),
         delivery_id=by.delivery_id,
         started_at=started,
+        woken_by=by.woken_by,
     )
 
 

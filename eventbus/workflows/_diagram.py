@@ -1,4 +1,4 @@
-"""Diagrams drawn from the registered state table (Mermaid or Graphviz dot).
+"""Diagrams drawn from the registered state table (Mermaid, Graphviz dot, or SVG drawn here).
 
 The diagram is the table: yield points, visit caps, ages, approval and
 signal edges, the built-in terminals a cap or an approval can reach, and
@@ -76,12 +76,16 @@ def _terminals(m: Machine[Any], edges: list[tuple[str, str, str]]) -> list[str]:
 
 
 def diagram(m: Machine[Any], fmt: str = "mermaid", counts: Counts | None = None) -> str:
-    """Render ``m``'s table as ``mermaid`` or ``dot``; ``counts`` adds instances per state."""
+    """Render ``m``'s table as ``mermaid``, ``dot`` or ``svg``; ``counts`` adds instances per state."""
+    if fmt == "svg":
+        from ._drawing import draw  # the drawing reads this module's table helpers
+
+        return draw(m, counts) + "\n"
     if fmt == "mermaid":
         return _mermaid(m, counts)
     if fmt == "dot":
         return _dot(m, counts)
-    raise ConfigurationError(f"unknown diagram format {fmt!r}: use mermaid or dot")
+    raise ConfigurationError(f"unknown diagram format {fmt!r}: use mermaid, dot or svg")
 
 
 def _mermaid(m: Machine[Any], counts: Counts | None) -> str:

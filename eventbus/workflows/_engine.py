@@ -42,6 +42,7 @@ from ._decide import (
 )  # fmt: skip
 from ._machine import COMPENSATING, Machine, StepEvent
 from ._outcomes import Fail
+from ._wake import wake_cause
 
 __all__ = ["Engine"]
 
@@ -77,7 +78,7 @@ class Engine:
         inst = facts.instance
         if inst.version != step.version or inst.status not in ACTIVE:
             return
-        by = self._writer(ctx)
+        by = self._writer(ctx, wake_cause(self.m, step.reason, ctx.attempt, facts))
         planned = plan(self.m, facts, by)
         await self._register_children(planned)
         match planned:
@@ -139,10 +140,10 @@ class Engine:
             case planned:
                 return planned
 
-    def _writer(self, ctx: Context | None) -> Writer:
+    def _writer(self, ctx: Context | None, woken_by: str | None = None) -> Writer:
         if ctx is None:
-            return Writer(self.actor)
-        return Writer(self.actor, ctx.delivery_id, ctx.lease_token)
+            return Writer(self.actor, woken_by=woken_by)
+        return Writer(self.actor, ctx.delivery_id, ctx.lease_token, woken_by)
 
     async def _run(
         self,

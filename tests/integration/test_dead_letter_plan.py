@@ -7,6 +7,7 @@ under its one plan per statement.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import asyncpg
@@ -144,3 +145,91 @@ async def test_sqlite_dead_letter_reads_use_the_dead_letter_index(tmp_path, quer
         plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
     assert any("USING INDEX deliveries_dead" in step for step in plan), plan
     assert not any("PRIMARY KEY" in step for step in plan if step.startswith(("SCAN d", "SEARCH d"))), plan
+
+
+OLD_DEAD = """
+WITH ev AS (
+    INSERT INTO {s}.events (event_type, payload)
+    SELECT 'order.placed', convert_to('{{"order_id":"' || g || '"}}', 'UTF8')
+    FROM generate_series(1, $1::int) g
+    RETURNING id
+)
+INSERT INTO {s}.deliveries (event_id, subscription_id, run_at, status, last_error)
+SELECT id, $2::int, now() - interval '1 hour',
+       CASE WHEN id <= $3 THEN 'dead' ELSE 'completed' END,
+       CASE WHEN id <= $3 THEN 'KeyError: order ' || id || ' not found' END
+FROM ev
+"""
+
+
+def _rows_read(plan: dict, table: str) -> int:
+    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
+    total, stack = 0, [plan["Plan"]]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("Plans", []))
+        if node.get("Relation Name") == table:
+            total += node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
+    return total
+
+
+@pytest.mark.parametrize(("limit", "most"), [(51, 60), (501, 510)])
+async def test_newest_dead_letters_are_read_alone_however_old(pg_target, limit: int, most: int) -> None:
+    """The /dead page (51 rows) and the triage page's sample (501 here) when the dead letters are old.
+
+    5,000 dead letters under 25,000 newer completed deliveries: newest first,
+    the read takes the dead rows from deliveries_dead_newest, as many as it
+    keeps, instead of walking the primary key back through every completed
+    delivery (or sorting all the dead ones), planned for its values as the
+    dashboard runs it and generically.
+    """
+    from eventbus.backends.postgres.inspect import filter_args
+
+    bus = pg_target.bus()
+    try:
+        await bus.migrate()
+        q = bus.backend.db.q
+    finally:
+        await bus.aclose()
+    s = f'"{pg_target.schema}"'
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        sub_id = await conn.fetchval(
+            f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
+            "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
+        )
+        await conn.execute(OLD_DEAD.format(s=s), 30_000, sub_id, 5_000)
+        await conn.execute(f"VACUUM ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
+        async with conn.transaction():
+            await conn.execute(q["inspect_custom_plans"])
+            plan = await conn.fetchval(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + q["find_deliveries_dead"], *filter_args(DEAD), None, limit
+            )
+        generic = await _generic_plan(
+            conn, q["find_deliveries_dead"], _args().replace(", 0, 1000", f", NULL, {limit}")
+        )
+    finally:
+        await conn.close()
+    found = json.loads(plan)[0]
+    assert "deliveries_dead_newest" in json.dumps(found), found
+    assert _rows_read(found, "deliveries") <= most, found
+    assert "deliveries_dead_newest" in generic and "Sort" not in generic, generic
+
+
+@pytest.mark.parametrize("query", ["find_deliveries_dead", "count_deliveries_dead"])
+async def test_sqlite_dead_letters_are_read_newest_first_without_a_sort(tmp_path, query: str) -> None:
+    from eventbus import Bus
+    from eventbus.backends._sql import load_queries
+    from eventbus.backends.sqlite.inspect import filter_params
+
+    bus = Bus(f"sqlite:///{tmp_path / 'bus.db'}")
+    try:
+        await bus.migrate()
+    finally:
+        await bus.aclose()
+    sql = load_queries("sqlite", "main")[query]
+    params = {**filter_params(DEAD), "limit": 51, "cap": 10_001}
+    with sqlite3.connect(tmp_path / "bus.db") as conn:
+        plan = [r[3] for r in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    assert any("USING INDEX deliveries_dead_newest" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan

@@ -15,11 +15,14 @@ from eventbus.types import (
     ApprovalStatus,
     EffectStatus,
     WorkflowApprovalRow,
+    WorkflowChildRow,
     WorkflowEffectRow,
     WorkflowInstance,
+    WorkflowSignalRow,
 )
 from eventbus.workflows import Approval, Fail, Goto, Machine, StepContext, Uncertain, Yield
 from eventbus.workflows import _decide as d
+from eventbus.workflows._wake import wake_cause
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BY = d.Writer("worker:test", 7, "lease-7")
@@ -303,3 +306,38 @@ def test_a_human_resolves_an_uncertain_compensation() -> None:
     assert (gave_up.state, gave_up.status) == ("FAILED", "failed")
     with pytest.raises(GuardMismatch):
         d.resolve(m, facts(instance("PAY")), outcome="retry", by=op)
+
+
+def test_what_woke_a_visit_is_named_from_its_step_and_facts() -> None:
+    m = machine()
+    go = WorkflowSignalRow(id=12, run_id=1, name="go", dedupe=None, payload=b"{}", created_at=NOW,
+                           consumed_version=None)  # fmt: skip
+    child = WorkflowChildRow(
+        machine="kid", key="k-1", run_id=1, started=True, status="failed", state="FAILED", checkpoint=None,
+        error_code=None, error=None, ended_at=NOW,
+    )  # fmt: skip
+    waiting = instance("POLL", "waiting")
+    cases = [
+        ("start", 1, facts(), "start"),
+        ("next", 1, facts(), "next"),
+        ("tick", 1, facts(waiting), "timer"),
+        ("tick", 1, facts(waiting, signals=(go,)), "signal:go"),  # the signal pulled the tick forward
+        ("signal-12", 1, facts(waiting, signals=(go,)), "signal:go"),
+        ("wake", 1, facts(waiting, signals=(go,)), "signal:go"),
+        ("approval-3", 1, facts(instance("CHARGE"), approvals=(approval(3, "denied", m),)), "denied:ann"),
+        ("approval-timeout", 1, facts(instance("CHARGE")), "deadline"),
+        (
+            "approval-timeout",
+            1,
+            facts(instance("CHARGE"), approvals=(approval(3, "approved", m),)),
+            "approved:ann",
+        ),
+        ("children", 1, facts(children=(child,)), "children:kid/k-1 failed"),
+        ("sweep-1760000000", 1, facts(), "sweep"),
+        ("retry2", 1, facts(instance("COMPENSATING")), "retry:compensation attempt 3"),
+        ("next", 3, facts(), "retry:delivery attempt 3"),
+        ("repoint", 1, facts(), "repoint"),
+        ("something-new", 1, facts(), "something-new"),
+    ]
+    for reason, attempt, f, expected in cases:
+        assert wake_cause(m, reason, attempt, f) == expected, reason

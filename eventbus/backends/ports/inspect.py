@@ -22,8 +22,11 @@ __all__ = ["Inspector"]
 class Inspector(Protocol):
     """Read-only views for the CLI and a dashboard."""
 
-    async def status(self) -> StatusReport:
-        """Delivery counts by subscription and status, the oldest runnable age, workers."""
+    async def status(self, window: int | None = None) -> StatusReport:
+        """Delivery counts by subscription and status, the oldest runnable age, workers.
+
+        ``window``: bounded counts (see :attr:`StatusReport.window` and :func:`windowed`).
+        """
         ...
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
@@ -32,6 +35,10 @@ class Inspector(Protocol):
 
     async def subscriptions(self) -> list[SubscriptionInfo]:
         """Every recorded subscription by name, with state, last worker report and backlog."""
+        ...
+
+    async def subscription_names(self) -> list[str]:
+        """Every recorded subscription's name, in order, and nothing else (no count is read)."""
         ...
 
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
@@ -43,12 +50,14 @@ class Inspector(Protocol):
         """
         ...
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         """Every event type in the log, each subscription's queue, and storage health.
 
         Reads partial indexes and bounded windows only, so it stays fast at
         millions of rows; counts that are bounded say so in their ``*_capped``
         flag. Tables and the xmin horizon are PostgreSQL's (empty on SQLite).
+        ``window``: the cap of the event counts and the window of recent
+        completions, in place of 100,000 each.
         """
         ...
 

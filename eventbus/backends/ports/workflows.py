@@ -98,6 +98,9 @@ class WorkflowHistoryEntry(msgspec.Struct, frozen=True):
     delivery_id: int | None = None
     started_at: float | None = None
     """Epoch seconds when the visit started; None means the commit time."""
+    woken_by: str | None = None
+    """What woke the visit, from the reason of the step event that ran it (``signal:NAME``,
+    ``timer``...: the state-machines guide lists them); None for an operator's action."""
 
 
 class WorkflowEffect(msgspec.Struct, frozen=True):

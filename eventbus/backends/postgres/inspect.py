@@ -32,7 +32,7 @@ from ...types import (
     WorkerRow,
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
-from .._rows import row_as, rows_as
+from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
 from ._db import PgDb
 from ._reads import ReadPool
@@ -97,16 +97,20 @@ class PgInspector:
             await conn.execute(self._readonly_settings)  # both SET LOCALs in one round trip
             yield conn
 
-    async def status(self) -> StatusReport:
+    async def status(self, window: int | None = None) -> StatusReport:
         """Counts by subscription and status, the oldest runnable age, workers, subscriptions."""
         async with self._read("status") as conn:
-            rows = await conn.fetch(self.q["status"])
+            if window is None:
+                rows = await conn.fetch(self.q["status"])
+                events = await conn.fetchval(self.q["status_events"])
+            else:
+                rows = await conn.fetch(self.q["status_recent"], window)
+                events = await conn.fetchval(self.q["status_events_capped"], window)
             oldest = await conn.fetchval(self.q["status_oldest_pending"])
-            events = await conn.fetchval(self.q["status_events"])
             workers = await conn.fetch(self.q["status_workers"])
             subscriptions = await conn.fetch(self.q["subscriptions"])
             lag = None if self.reads is None else await conn.fetchval(self.q["replica_lag"])
-        return StatusReport(
+        report = StatusReport(
             rows=rows_as(StatusRow, rows),
             oldest_pending_seconds=oldest,
             events=events,
@@ -114,12 +118,17 @@ class PgInspector:
             subscriptions=rows_as(SubscriptionInfo, subscriptions),
             replica_lag_seconds=lag,
         )
+        return report if window is None else windowed(report, report.rows, window)
 
     async def subscriptions(self) -> list[SubscriptionInfo]:
         """Every recorded subscription by name, with its state and backlog."""
         async with self._read("list subscriptions") as conn:
             rows = await conn.fetch(self.q["subscriptions"])
         return rows_as(SubscriptionInfo, rows)
+
+    async def subscription_names(self) -> list[str]:
+        async with self._read("list subscription names") as conn:
+            return [r[0] for r in await conn.fetch(self.q["subscription_names"])]
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
@@ -140,19 +149,20 @@ class PgInspector:
             deliveries = await conn.fetch(self.q["chain_deliveries"], [e["id"] for e in events])
         return chain_of(events, deliveries)
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         """Event types, queues, tables and the xmin horizon, from bounded reads only."""
+        cap, newest = (COUNT_CAP, RECENT_WINDOW) if window is None else (window, window)
         async with self.db.conn() as conn:  # the primary's own statistics, even with a replica
-            types = await conn.fetch(self.q["health_event_types"], COUNT_CAP)
-            versions = await conn.fetch(self.q["health_event_versions"], COUNT_CAP)
+            types = await conn.fetch(self.q["health_event_types"], cap)
+            versions = await conn.fetch(self.q["health_event_versions"], cap)
             subs = await conn.fetch(self.q["health_subscriptions"])
-            recent = await conn.fetch(self.q["health_completed_recent"], RECENT_WINDOW)
+            recent = await conn.fetch(self.q["health_completed_recent"], newest)
             tables = await conn.fetch(self.q["health_tables"], self.db.schema)
             horizon = await conn.fetchrow(self.q["health_horizon"])
             last_prune = await conn.fetchval(self.q["health_last_prune"])
         return StatusDetails(
-            event_types=event_types_of(types, versions),
-            queues=subscriptions_of(subs, recent),
+            event_types=event_types_of(types, versions, cap),
+            queues=subscriptions_of(subs, recent, newest),
             tables=rows_as(TableHealth, tables),
             horizon=None if horizon is None else row_as(HorizonHolder, horizon),
             last_prune_at=last_prune,

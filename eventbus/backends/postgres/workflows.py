@@ -55,7 +55,7 @@ def _move_args(t: WorkflowTransition) -> list[Any]:
         t.checkpoint, t.error_code, t.error, t.held_state, t.compensate_to, t.next_run_in,
         t.entered, t.new_run, t.expected_version, lease_id, token,
         h.state, h.visit, h.outcome, h.yielded, h.error_code, h.error, h.actor, h.reason,
-        h.delivery_id, h.started_at,
+        h.delivery_id, h.started_at, h.woken_by,
     ]  # fmt: skip
 
 
@@ -230,11 +230,28 @@ class PgWorkflows:
                 )
                 for row in found:
                     out[plain[row["ord"] - 1]] = int(row["version"])
+                await self._hasten_moves([ts[i] for i in plain if out[i] is not None], conn)
                 await end_children(self.db, conn, _moved_ends(ts, plain, out))
             for i, t in enumerate(ts):
                 if not _plain(t):
                     out[i] = await self.commit_on(conn, t)
         return out
+
+    async def _hasten_moves(self, moved: Sequence[WorkflowTransition], conn: Any) -> None:
+        """An operator's move (no lease) whose step is due now pulls the instance's delayed tick forward.
+
+        As :func:`publish_steps` does for every other step: the batch statement
+        publishes its steps itself, and a repointed or resumed instance's step
+        would otherwise wait behind a tick due much later. A visit's own step
+        needs none: its instance's head step is the one that ran.
+        """
+        due = [t for t in moved if t.lease is None and t.step is not None and t.step_delay == 0]
+        if due:
+            await conn.execute(
+                self.q["wf_hasten"],
+                [f"wf.step.{t.machine}" for t in due],
+                [f"{t.machine}/{t.key}" for t in due],
+            )
 
     async def commit_on(self, conn: Any, t: WorkflowTransition) -> int | None:
         moved = await conn.fetchrow(self.q["wf_move"], *_move_args(t))

@@ -31,7 +31,7 @@ from ...types import (
     WorkerRow,
 )
 from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
-from .._rows import row_as, rows_as
+from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
 from ._db import SQLiteDb
 from ._link import Queries
@@ -51,9 +51,9 @@ class SQLiteInspector:
     def __init__(self, db: SQLiteDb) -> None:
         self._db = db
 
-    async def status(self) -> StatusReport:
+    async def status(self, window: int | None = None) -> StatusReport:
         q = self._db.q
-        return await self._db.read(lambda c: _status(c, q))
+        return await self._db.read(lambda c: _status(c, q, window))
 
     async def show(self, delivery_id: int) -> DeliveryDetail:
         found = await self._db.fetch("detail", {"id": delivery_id})
@@ -65,13 +65,16 @@ class SQLiteInspector:
     async def subscriptions(self) -> list[SubscriptionInfo]:
         return rows_as(SubscriptionInfo, await self._db.fetch("subscriptions"))
 
+    async def subscription_names(self) -> list[str]:
+        return [r[0] for r in await self._db.fetch("subscription_names")]
+
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
         q = self._db.q
         return await self._db.read(lambda c: _chain(c, q, event_id, limit))
 
-    async def health(self) -> StatusDetails:
+    async def health(self, window: int | None = None) -> StatusDetails:
         q = self._db.q
-        return await self._db.read(lambda c: _health(c, q))
+        return await self._db.read(lambda c: _health(c, q, window))
 
     async def find(
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None
@@ -181,14 +184,20 @@ def detail_of(row: sqlite3.Row, history: Sequence[AttemptRecord] = ()) -> Delive
     return row_as(DeliveryDetail, row, json=("headers",), history=history)
 
 
-def _status(c: sqlite3.Connection, q: Queries) -> StatusReport:
-    return StatusReport(
-        rows=rows_as(StatusRow, c.execute(q["status"])),
+def _status(c: sqlite3.Connection, q: Queries, window: int | None) -> StatusReport:
+    if window is None:
+        rows, events = c.execute(q["status"]), c.execute(q["status_events"])
+    else:
+        rows = c.execute(q["status_recent"], {"window": window})
+        events = c.execute(q["status_events_capped"], {"window": window})
+    report = StatusReport(
+        rows=rows_as(StatusRow, rows),
         oldest_pending_seconds=c.execute(q["status_oldest_pending"]).fetchone()[0],
-        events=c.execute(q["status_events"]).fetchone()[0],
+        events=events.fetchone()[0],
         workers=rows_as(WorkerRow, c.execute(q["status_workers"])),
         subscriptions=rows_as(SubscriptionInfo, c.execute(q["subscriptions"])),
     )
+    return report if window is None else windowed(report, report.rows, window)
 
 
 def _event(conn: sqlite3.Connection, q: Queries, event_id: int) -> EventView:
@@ -224,15 +233,16 @@ def _chain(conn: sqlite3.Connection, q: Queries, event_id: int, limit: int) -> l
     return chain_of(events, [_timed(r, "updated_at") for r in deliveries])
 
 
-def _health(conn: sqlite3.Connection, q: Queries) -> StatusDetails:
+def _health(conn: sqlite3.Connection, q: Queries, window: int | None) -> StatusDetails:
+    cap, newest = (COUNT_CAP, RECENT_WINDOW) if window is None else (window, window)
     now = conn.execute(q["now"]).fetchone()[0]
-    types = conn.execute(q["health_event_types"], {"cap": COUNT_CAP}).fetchall()
-    versions = conn.execute(q["health_event_versions"], {"cap": COUNT_CAP}).fetchall()
+    types = conn.execute(q["health_event_types"], {"cap": cap}).fetchall()
+    versions = conn.execute(q["health_event_versions"], {"cap": cap}).fetchall()
     subs = [_timed(r, "last_seen_at") for r in conn.execute(q["health_subscriptions"], {"now": now})]
-    recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": RECENT_WINDOW}).fetchall()
+    recent = conn.execute(q["health_completed_recent"], {"now": now, "limit": newest}).fetchall()
     last = conn.execute(q["health_last_prune"]).fetchone()
     return StatusDetails(
-        event_types=event_types_of(types, versions),
-        queues=subscriptions_of(subs, recent),
+        event_types=event_types_of(types, versions, cap),
+        queues=subscriptions_of(subs, recent, newest),
         last_prune_at=None if last is None else to_time(last[0]),
     )

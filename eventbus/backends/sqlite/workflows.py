@@ -229,7 +229,7 @@ def _params(t: WorkflowTransition, now: float) -> dict[str, Any]:
         "lease_id": lease_id, "lease_token": token, "now": now,
         "h_state": h.state, "visit": h.visit, "outcome": h.outcome, "yielded": int(h.yielded),
         "h_error_code": h.error_code, "h_error": h.error, "actor": h.actor, "reason": h.reason,
-        "delivery_id": h.delivery_id, "started_at": h.started_at,
+        "delivery_id": h.delivery_id, "started_at": h.started_at, "woken_by": h.woken_by,
     }  # fmt: skip
 
 
@@ -338,7 +338,7 @@ def _cancel_children(
             **child, "version": version, "h_state": row["state"], "visit": visits, "outcome": "cancel",
             "state": "CANCELLED", "yielded": 0, "h_error_code": None, "h_error": None,
             "actor": f"parent:{t.machine}/{t.key}", "reason": f"{t.machine}/{t.key} was cancelled",
-            "delivery_id": None, "started_at": None,
+            "delivery_id": None, "started_at": None, "woken_by": None,
         })  # fmt: skip
         cancelled.append((row["machine"], row["key"]))
     return cancelled

@@ -136,3 +136,34 @@ async def test_bad_inspection_input_is_refused(bus) -> None:
         await bus.find_deliveries(DeliveryFilter(payload_path="a"))
     with pytest.raises(ConfigurationError):
         await bus.find_deliveries(limit=0)
+
+
+@pytest.mark.pooler
+async def test_subscription_names_are_the_recorded_subscriptions_in_order(bus) -> None:
+    """The dashboard's filter choices: the names of the subscription list, without its counts."""
+    assert await bus.subscription_names() == []
+    await _chain(bus, n=2)
+    names = await bus.subscription_names()
+    assert names == ["audit", "charge", "notify", "ship"]
+    assert names == [s.name for s in await bus.list_subscriptions()]
+
+
+@pytest.mark.pooler
+async def test_status_in_a_window_bounds_completed_and_events_and_keeps_the_backlog_exact(bus) -> None:
+    """The overview's counts: completed and cancelled among the newest N deliveries, events up to N."""
+    await _chain(bus)  # 14 deliveries: 13 completed, the charge of o-1 dead; 10 events
+    exact = await bus.status()
+    assert exact.window is None and not exact.window_full
+    wide = await bus.status(window=1000)
+    assert wide.rows == exact.rows and wide.events == exact.events == 10 and not wide.window_full
+    narrow = await bus.status(window=3)
+    assert narrow.window == 3 and narrow.window_full and narrow.events == 3
+    counts = {(r.subscription, r.status): r.count for r in narrow.rows}
+    assert counts[("charge", "dead")] == 1  # exact, from the dead-letter index
+    assert 0 < sum(n for (_, status), n in counts.items() if status == "completed") <= 3
+    assert all(q.completed_last_hour_capped and q.completed_last_hour <= 3 for q in narrow.queues)
+    assert all(t.events <= 3 for t in narrow.event_types)
+    assert any(t.events_capped for t in narrow.event_types)
+    assert not any(q.completed_last_hour_capped for q in wide.queues)
+    with pytest.raises(ConfigurationError):
+        await bus.status(window=0)

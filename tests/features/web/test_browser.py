@@ -48,7 +48,7 @@ async def test_every_page_loads(page: Page, serve, seeded: Bus, backend_kind: st
         "event": (f"/events/{dead.event_id}", "Causation chain"),
         "dead": ("/dead", "dead letters match"),
         "machines": ("/machines", "pay"),
-        "machine": ("/machines/pay", "stateDiagram"),
+        "machine": ("/machines/pay", "stateDiagram"),  # the source, behind its disclosure
         "instance": ("/machines/pay/instances/c-1", "waiting_approval"),
         "schedules": ("/schedules", "hourly-report"),
         "schedule": ("/schedules/hourly-report", "Recent occurrences"),
@@ -291,6 +291,35 @@ async def test_an_open_page_refreshes_on_a_publish_elsewhere_without_polling(
     await seeded.publish(OrderPlaced(order_id="late"))  # this test's process, its own connection
     await expect(page.locator("#count")).to_have_text("7", timeout=2_500)
     assert await page.evaluate("window.__kept === true")
+
+
+@ONE  # both backends: test_drawings.py, test_routes.py
+async def test_machine_drawings_in_the_browser(page: Page, serve, seeded: Bus, backend_kind: str) -> None:
+    """The drawn diagram and the run's timeline render, fit their cards, and their text does not overlap."""
+    base = await serve(None)
+    await page.goto(base + "/machines/pay")
+    drawing = page.locator("figure.machine-drawing svg")
+    await expect(drawing).to_be_visible()
+    await expect(page.locator("details.diagram-source pre")).to_be_hidden()  # the source, one click away
+    await page.click("details.diagram-source summary")
+    await expect(page.locator("details.diagram-source pre")).to_contain_text("stateDiagram-v2")
+    await _shot(page, "machine-drawing", backend_kind)
+    await page.goto(base + "/machines/pay/instances/c-1")
+    await expect(page.locator("figure.run-timeline svg")).to_be_visible()
+    await expect(page.locator("table.timeline-table tbody tr")).to_have_count(1)
+    await expect(page.locator("figure.machine-drawing g.current")).to_contain_text("CHARGE")
+    await _shot(page, "instance-timeline", backend_kind)
+    boxes = await page.evaluate(
+        """() => [...document.querySelectorAll('figure svg text')].map(t => {
+             const r = t.getBoundingClientRect(); return [t.textContent, r.x, r.y, r.width, r.height]; })"""
+    )
+    for i, (a, ax, ay, aw, ah) in enumerate(boxes):
+        assert aw > 0 and ah > 0, a
+        for b, bx, by, bw, bh in boxes[i + 1 :]:
+            overlap = ax < bx + bw - 1 and bx < ax + aw - 1 and ay < by + bh - 1 and by < ay + ah - 1
+            assert not overlap, (a, b)
+    await page.click("figure.machine-drawing a >> text=CHARGE")  # a state's box leads to its runs
+    await expect(page).to_have_url(re.compile(r"/machines/pay\?state=CHARGE$"))
 
 
 @ONE  # both backends: test_hardening.py (lock ends the session)

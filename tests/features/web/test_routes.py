@@ -61,6 +61,22 @@ async def test_overview_shows_backlog_and_dead(ro: httpx.AsyncClient) -> None:
     assert ">3</a>" in cells[6]  # dead, linked to the dead letters
 
 
+async def test_overview_counts_completed_among_the_newest_deliveries_past_the_cap(seeded: Bus) -> None:
+    """Past count_cap deliveries the overview reads only the newest ones: lower bounds, marked."""
+    app = create_app(seeded, count_cap=4)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
+        r = await client.get("/")
+    assert r.status_code == 200
+    assert re.search(r"<p>4\+ events in the log", r.text), r.text
+    row = re.search(
+        r"<tr>\s*<td><a href=\"/deliveries\?subscription=charge\">charge</a>.*?</tr>", r.text, re.S
+    )
+    assert row is not None
+    cells = re.findall(r'<td class="num">(.*?)</td>', row.group(0), re.S)
+    assert cells[5].endswith("+") and ">3</a>" in cells[6]  # completed: a lower bound; dead: exact
+    assert "counted among the newest 4 deliveries only" in r.text
+
+
 async def test_overview_shows_the_storage_strip_where_it_exists(ro: httpx.AsyncClient, seeded: Bus) -> None:
     r = await ro.get("/")
     if seeded.backend.kind == "postgres":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from eventbus.workflows import MAX_RETRIES, diagram
@@ -15,6 +16,7 @@ from ...conftest import Target
 from ...support.cli import run_cli
 
 GOLDEN = Path(__file__).parent / "golden"
+SVG = "{http://www.w3.org/2000/svg}"
 APP = ["workflow", "--app", "handlers.app:bus"]
 
 
@@ -67,6 +69,9 @@ async def test_workflow_commands(target: Target) -> None:
         eventbus(target, *APP, "diagram", "retrain", "--format", "dot").stdout
         == (GOLDEN / "retrain.dot").read_text()
     )
+    drawn = ET.fromstring(eventbus(target, *APP, "diagram", "retrain", "--format", "svg", "--live").stdout)
+    done = [g for g in drawn.iter(f"{SVG}g") if (g.get("class") or "").startswith("md-box terminal")]
+    assert any("DONE: 1 run(s) here (1 completed)" in "".join(g.itertext()) for g in done)
     assert eventbus(target, *APP, "check").stdout.startswith("ok:")
     assert "UnknownMachine" in eventbus(target, *APP, "list", "nope", ok=False).stderr
     assert "UnknownApproval" in eventbus(target, *APP, "approve", "999", "--by", "x", ok=False).stderr

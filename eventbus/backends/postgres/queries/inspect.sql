@@ -10,6 +10,22 @@ FROM (SELECT subscription_id, status, count(*) AS count
 JOIN {schema}.subscriptions s ON s.id = c.subscription_id
 ORDER BY 1, 2, 3;
 
+-- name: status_recent
+-- As status, among the newest $1 deliveries only (a backward read of the
+-- primary key, however long the history): what a page that must stay fast
+-- shows, the completed and cancelled counts as lower bounds once the window
+-- is full.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM (SELECT subscription_id, status FROM {schema}.deliveries ORDER BY id DESC LIMIT $1) w
+      GROUP BY 1, 2) c
+JOIN {schema}.subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_events_capped
+-- The events counted no further than $1.
+SELECT count(*) FROM (SELECT 1 FROM {schema}.events LIMIT $1) capped;
+
 -- name: status_oldest_pending
 SELECT extract(epoch FROM now() - min(run_at))::float8
 FROM {schema}.deliveries WHERE status = 'pending' AND run_at <= now();
@@ -40,6 +56,11 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
            AS lag_seconds
 FROM {schema}.subscriptions s
 ORDER BY s.name;
+
+-- name: subscription_names
+-- The names alone, for a filter's choices: the list above counts every dead
+-- letter and pending delivery of each subscription to show them.
+SELECT name FROM {schema}.subscriptions ORDER BY name;
 
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
@@ -204,15 +225,25 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- $9/$10 payload path and value, $11 ids, $12 error substring and $13 error
 -- pattern as LIKE patterns, $14 payload substring as one): every one
 -- optional. $2 is a status, or a condition within one: 'stuck' (processing,
--- the lease run out) or 'retrying' (pending after a failure, not yet due). The payload filters decode the payload only for rows the cheaper
--- conditions kept; ILIKE, as SQLite's LIKE, ignores case.
+-- the lease run out) or 'retrying' (pending after a failure, not yet due).
+-- The payload filters decode the payload only for rows the cheaper
+-- conditions kept; ILIKE, as SQLite's LIKE, ignores case. lease_until is set
+-- exactly while a delivery is processing: said for status 'processing', it
+-- lets the lease index (deliveries_lease_until) find those rows alone. A status
+-- of 'dead', 'pending' or 'cancelled' has its own partial index. A
+-- subscription has one event type, its events' (register never changes it):
+-- the type is read on the subscription, so a list by type walks its
+-- subscriptions' deliveries instead of hashing every event of the type, and a
+-- key is looked up by (event type, key) in events_type_key, once per
+-- subscription, instead of scanning the log.
 ($1::text IS NULL OR s.name = $1)
   AND ($2::text IS NULL OR d.status = $2
        OR ($2 = 'stuck' AND d.status = 'processing' AND d.lease_until < now())
        OR ($2 = 'retrying' AND d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()))
-  AND ($3::text IS NULL OR e.event_type = $3)
+  AND ($2::text IS DISTINCT FROM 'processing' OR d.lease_until IS NOT NULL)
+  AND ($3::text IS NULL OR s.event_type = $3)
   AND ($4::bigint IS NULL OR d.event_id = $4)
-  AND ($5::text IS NULL OR e.key = $5)
+  AND ($5::text IS NULL OR (e.key = $5 AND e.event_type = s.event_type))
   AND ($6::bigint IS NULL OR e.correlation_id = $6 OR e.id = $6)
   AND ($7::timestamptz IS NULL OR d.updated_at >= $7)
   AND ($8::timestamptz IS NULL OR d.updated_at < $8)
@@ -251,8 +282,9 @@ SELECT count(*) FROM (
 -- name: find_deliveries_dead
 -- As find_deliveries for $2 = 'dead', with the status also written out: only
 -- then can a generic plan (what a pooled connection settles on) read the
--- dead-letter partial index (deliveries_dead), the dead rows alone, instead of
--- walking the whole history around them.
+-- dead-letter partial index deliveries_dead_newest, the dead rows alone and
+-- newest first, instead of walking the whole history around them (or sorting
+-- every dead letter, through deliveries_dead).
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
        e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts

@@ -133,9 +133,10 @@ WITH moved AS (
     RETURNING version, run_id, priority
 ), hist AS (
     INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome, next_state,
-                                     yielded, error_code, error, actor, reason, delivery_id, started_at)
+                                     yielded, error_code, error, actor, reason, delivery_id, started_at,
+                                     woken_by)
     SELECT $1, $2, moved.run_id, moved.version, $18, $19, $20, $3, $21, $22, $23, $24, $25, $26,
-           COALESCE(to_timestamp($27::float8), now())
+           COALESCE(to_timestamp($27::float8), now()), $28
     FROM moved
     RETURNING 1
 )
@@ -147,7 +148,7 @@ SELECT version, priority, (SELECT count(*) FROM hist) AS written FROM moved;
 -- cost most of a visit): each row is guarded on its own version and lease;
 -- the rows that moved get their history row and their next step event
 -- (inserted, fanned out, NOTIFY once per type, as `publish` does), at the
--- run's priority read from the row it moves ($31: the seconds a priority
+-- run's priority read from the row it moves ($32: the seconds a priority
 -- level is worth, for the deliveries' priority_wait). Returns the
 -- input position and new version of each row that moved; a missing position
 -- was refused.
@@ -157,12 +158,12 @@ WITH input AS (
                          $12::float8[], $13::boolean[], $14::boolean[], $15::bigint[],
                          $16::bigint[], $17::uuid[], $18::text[], $19::int[], $20::text[],
                          $21::boolean[], $22::text[], $23::text[], $24::text[], $25::text[],
-                         $26::bigint[], $27::float8[], $28::text[], $29::float8[])
+                         $26::bigint[], $27::float8[], $28::text[], $29::text[], $30::float8[])
         WITH ORDINALITY AS t(machine, key, state, status, visits, attempts, checkpoint, error_code,
                              error, held_state, compensate_to, next_run_in, entered, new_run,
                              expected, lease_id, lease_token, h_state, visit, outcome, yielded,
-                             h_error_code, h_error, actor, reason, delivery_id, started_at, step,
-                             step_delay, ord)
+                             h_error_code, h_error, actor, reason, delivery_id, started_at, woken_by,
+                             step, step_delay, ord)
 ), moved AS (
     UPDATE {schema}.wf_instances i
     SET state = t.state, status = t.status, version = i.version + 1, visits = t.visits,
@@ -183,10 +184,10 @@ WITH input AS (
 ), hist AS (
     INSERT INTO {schema}.wf_history (machine, key, run_id, version, state, visit, outcome,
                                      next_state, yielded, error_code, error, actor, reason,
-                                     delivery_id, started_at)
+                                     delivery_id, started_at, woken_by)
     SELECT t.machine, t.key, m.run_id, m.version, t.h_state, t.visit, t.outcome, t.state,
            t.yielded, t.h_error_code, t.h_error, t.actor, t.reason, t.delivery_id,
-           COALESCE(to_timestamp(t.started_at), now())
+           COALESCE(to_timestamp(t.started_at), now()), t.woken_by
     FROM moved m JOIN input t ON t.ord = m.ord
     RETURNING 1
 ), step AS (
@@ -203,11 +204,11 @@ WITH input AS (
 ), fanout AS (
     INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
     SELECT step.id, s.id, CASE WHEN s.ordered THEN step.ordering_key END, step.deliver_at,
-           step.priority * $31::float8
+           step.priority * $32::float8
     FROM step JOIN {schema}.subscriptions s
       ON s.event_type = step.event_type AND s.state <> 'removed'
 ), notified AS (
-    SELECT pg_notify($30, x.event_type) FROM (SELECT DISTINCT event_type FROM step) x
+    SELECT pg_notify($31, x.event_type) FROM (SELECT DISTINCT event_type FROM step) x
 )
 SELECT m.ord, m.version, (SELECT count(*) FROM notified) AS notified,
        (SELECT count(*) FROM hist) AS written
@@ -283,7 +284,7 @@ GROUP BY state, status;
 
 -- name: wf_history
 SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
-       reason, delivery_id, started_at, at
+       reason, delivery_id, started_at, at, woken_by
 FROM {schema}.wf_history WHERE machine = $1 AND key = $2 ORDER BY version;
 
 -- name: wf_signals

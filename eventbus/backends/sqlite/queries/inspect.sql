@@ -10,6 +10,22 @@ FROM (SELECT subscription_id, status, count(*) AS count
 JOIN subscriptions s ON s.id = c.subscription_id
 ORDER BY 1, 2, 3;
 
+-- name: status_recent
+-- As status, among the newest :window deliveries only (a backward read of the
+-- primary key, however long the history): what a page that must stay fast
+-- shows, the completed and cancelled counts as lower bounds once the window
+-- is full.
+SELECT s.event_type, s.name AS subscription, c.status, c.count
+FROM (SELECT subscription_id, status, count(*) AS count
+      FROM (SELECT subscription_id, status FROM deliveries ORDER BY id DESC LIMIT :window) w
+      GROUP BY 1, 2) c
+JOIN subscriptions s ON s.id = c.subscription_id
+ORDER BY 1, 2, 3;
+
+-- name: status_events_capped
+-- The events counted no further than :window.
+SELECT count(*) FROM (SELECT 1 FROM events LIMIT :window) capped;
+
 -- name: status_oldest_pending
 SELECT (julianday('now') - 2440587.5) * 86400.0 - min(run_at)
 FROM deliveries
@@ -41,6 +57,11 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
           AND d.run_at <= (julianday('now') - 2440587.5) * 86400.0) AS lag_seconds
 FROM subscriptions s
 ORDER BY s.name;
+
+-- name: subscription_names
+-- The names alone, for a filter's choices: the list above counts every dead
+-- letter and pending delivery of each subscription to show them.
+SELECT name FROM subscriptions ORDER BY name;
 
 -- name: detail
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
@@ -229,12 +250,13 @@ SELECT count(*) FROM (
 
 -- name: find_deliveries_dead
 -- As find_deliveries for dead letters, the status spelled literally: the
--- planner may then read deliveries_dead (a few dead rows among millions)
--- instead of walking the primary key through all of them.
+-- planner may then read deliveries_dead_newest (the dead rows alone, already
+-- newest first) instead of walking the primary key through all the others,
+-- or sorting every dead letter for one page.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
        e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
-FROM deliveries d INDEXED BY deliveries_dead
+FROM deliveries d INDEXED BY deliveries_dead_newest
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
 WHERE d.status = 'dead'
@@ -245,10 +267,10 @@ ORDER BY d.id DESC
 LIMIT :limit;
 
 -- name: count_deliveries_dead
--- As count_deliveries for dead letters, through deliveries_dead (see find_deliveries_dead).
+-- As count_deliveries for dead letters, through deliveries_dead_newest (see find_deliveries_dead).
 SELECT count(*) FROM (
     SELECT 1
-    FROM deliveries d INDEXED BY deliveries_dead
+    FROM deliveries d INDEXED BY deliveries_dead_newest
     JOIN subscriptions s ON s.id = d.subscription_id
     JOIN events e ON e.id = d.event_id
     WHERE d.status = 'dead'

@@ -114,9 +114,10 @@ RETURNING version, run_id, priority;
 
 -- name: wf_history_insert
 INSERT INTO wf_history (machine, key, run_id, version, state, visit, outcome, next_state, yielded,
-                        error_code, error, actor, reason, delivery_id, started_at, at)
+                        error_code, error, actor, reason, delivery_id, started_at, at, woken_by)
 VALUES (:machine, :key, :run_id, :version, :h_state, :visit, :outcome, :state, :yielded,
-        :h_error_code, :h_error, :actor, :reason, :delivery_id, COALESCE(:started_at, :now), :now);
+        :h_error_code, :h_error, :actor, :reason, :delivery_id, COALESCE(:started_at, :now), :now,
+        :woken_by);
 
 -- name: wf_consume_signals
 -- Signals read by the visit are consumed by its transition, never before.
@@ -191,7 +192,7 @@ GROUP BY state, status;
 
 -- name: wf_history
 SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
-       reason, delivery_id, started_at, at
+       reason, delivery_id, started_at, at, woken_by
 FROM wf_history WHERE machine = :machine AND key = :key ORDER BY version;
 
 -- name: wf_signals
