@@ -57,7 +57,7 @@ async def shot(page: Page, name: str, kind: str) -> None:
 
 @contextlib.asynccontextmanager
 async def serve_app(bus: Bus, token: str | None) -> AsyncIterator[str]:
-    """Serve the dashboard of ``bus`` (closed at the end) from this process, as the command does; yield its URL."""
+    """Serve the dashboard of ``bus`` (closed at the end) from this process, as the command would; its URL."""
     app = create_app(bus, token, close_bus=True, allowed_hosts=allowed_hosts_for(HOST, ()))
     config = uvicorn.Config(
         app, log_config=None, log_level="warning", access_log=False, ws="none", timeout_graceful_shutdown=1
@@ -79,6 +79,7 @@ async def serve_app(bus: Bus, token: str | None) -> AsyncIterator[str]:
         await serving
         sock.close()
 
+
 async def serve_command(group: ProcessGroup, env: dict[str, str], token: str | None, *options: str) -> str:
     """Start ``eventbus dashboard`` on the test application and a free port; its URL once it answers."""
     with socket.socket() as s:
@@ -97,4 +98,3 @@ async def serve_command(group: ProcessGroup, env: dict[str, str], token: str | N
                 except httpx.TransportError:
                     pass
                 await anyio.sleep(0.05)
-

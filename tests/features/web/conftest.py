@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from pathlib import Path
+from typing import Final
 
 import httpx
 import pytest
@@ -67,7 +68,7 @@ async def unlock(client: httpx.AsyncClient, operator: str = OPERATOR) -> str:
 # process's own event loop (pytest-asyncio's session loop), where that Chromium
 # lives, and so do the async fixtures it uses (its bus, its target).
 
-BROWSER_LOOP = "session"
+BROWSER_LOOP: Final = "session"
 
 
 def _drives_a_browser(item: pytest.Item) -> bool:
@@ -81,7 +82,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest) -> Iterator[object]:
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
     """Set up a browser test's async function fixtures on its loop (pytest-asyncio reads ``_loop_scope``)."""
     func = fixturedef.func
     moved = (
@@ -91,15 +94,15 @@ def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureR
         and getattr(func, "_loop_scope", None) is None
     )
     if moved:
-        func._loop_scope = BROWSER_LOOP  # type: ignore[attr-defined]
+        setattr(func, "_loop_scope", BROWSER_LOOP)  # noqa: B010
     try:
         return (yield)
     finally:
         if moved:
-            del func._loop_scope  # type: ignore[attr-defined]
+            delattr(func, "_loop_scope")
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope=BROWSER_LOOP)
+@pytest_asyncio.fixture(scope=BROWSER_LOOP, loop_scope=BROWSER_LOOP)
 async def chromium() -> AsyncIterator[Browser]:
     """This test process's Chromium."""
     async with _browser.chromium() as b:

@@ -28,10 +28,19 @@ from ...support.helpers import OrderPlaced
 from ._browser import serve_app
 from ._browser import shot as _shot
 from ._data import drain_orders, pay, state
-from .conftest import OPERATOR, TOKEN, browser, serve  # noqa: F401  (importable from here, as before)
+from .conftest import OPERATOR, TOKEN
 
 ONE = pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)
 """A browser test on one backend: what differs between the backends is covered by the route tests on both."""
+
+
+def __getattr__(name: str) -> object:
+    """The fixtures ``browser`` and ``serve`` (conftest.py), still importable from here as they were."""
+    if name in ("browser", "serve"):
+        from . import conftest
+
+        return getattr(conftest, name)
+    raise AttributeError(name)
 
 
 @ONE  # both backends: test_routes.py (every page), test_live.py (the stream)
@@ -376,7 +385,8 @@ async def test_example_application_screenshots(chromium: Browser, tmp_path: Path
         await drain(bus)
         context = await chromium.new_context(viewport={"width": 1280, "height": 720})
         try:
-            async with serve_app(build(dsn), None) as base:  # as `eventbus dashboard tests.apps.web_example:bus`
+            # As `eventbus dashboard tests.apps.web_example:bus` does.
+            async with serve_app(build(dsn), None) as base:
                 await _example_pages(await context.new_page(), bus, base)
         finally:
             await context.close()  # the pages' event streams end before the dashboard stops
