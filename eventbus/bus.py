@@ -41,6 +41,7 @@ from .retention import Pruner, PruneReport, Retention
 from .router import Router
 from .scheduling import Schedules
 from .stuck import LOST_WORKER_SECONDS, act
+from .throughput import ThroughputReader
 from .types import (
     ChainEvent,
     DeliveryDetail,
@@ -152,6 +153,10 @@ class Bus(Router):
         (without ``connection``) share one statement and one commit; a call
         that finds none in flight is sent at once. Each caller still gets its
         own result or error. Off: one transaction per call.
+    :param rollup: workers count each subscription's completed, failed and dead
+        runs and their durations per minute and sample its queue once a minute,
+        for ``bus.throughput(...)`` and the dashboard's charts (:mod:`eventbus.throughput`).
+        Off: they do none of it.
     :param backend_options: passed to the backend. On PostgreSQL: ``pooler``
         (``"transaction"`` behind PgBouncer's transaction pooling or a managed
         pooler like it), ``pooler_prepared_statements``, ``listen_dsn``,
@@ -175,6 +180,7 @@ class Bus(Router):
         hooks: Sequence[Hooks] = (),
         retention: Retention | None = None,
         coalesce_publishes: bool = True,
+        rollup: bool = True,
         **backend_options: Any,
     ) -> None:
         super().__init__()
@@ -183,6 +189,8 @@ class Bus(Router):
         self.outcome_log = OutcomeLog()
         self.hooks = CompositeHooks([self.outcome_log, *hooks])
         self.retention = retention or Retention()
+        self.rollup = rollup
+        """Whether this bus's workers keep the throughput rollup (:mod:`eventbus.throughput`)."""
         self.dsn = dsn or os.environ.get("EVENTBUS_DSN") or DEFAULT_DSN
         self.max_payload_bytes = max_payload_bytes
         self.backend: Backend = backend or open_backend(
@@ -212,6 +220,9 @@ class Bus(Router):
         """Subscriptions without a handler, whose deliveries code claims itself (:mod:`eventbus.pull`)."""
         self.audit = Audit(lambda: self.backend.operate)
         """The trail of operator actions (:mod:`eventbus.audit`)."""
+        self.throughput = ThroughputReader(lambda: self.backend.inspect)
+        """``await bus.throughput(subscription=None, window="1h")``: runs, failures, backlog and
+        handler durations per step (:mod:`eventbus.throughput`)."""
 
     async def __aenter__(self) -> Bus:
         await self.backend.open()

@@ -17,7 +17,9 @@ in its own short transaction:
 - a finished workflow instance (completed, failed or cancelled) once it
   finished ``workflow_retention`` ago, with its history, signals, effects and
   approvals; running, waiting, paused and uncertain instances stay whole;
-- an audit trail row once it was recorded ``audit_retention`` ago.
+- an audit trail row once it was recorded ``audit_retention`` ago;
+- a throughput rollup row (:mod:`eventbus.throughput`) once its minute is
+  ``rollup_retention`` ago.
 
 Idempotency keys therefore hold for at least ``dedup_window`` (and as long as
 the event is kept): a key published again after its event was pruned is a
@@ -37,12 +39,12 @@ import anyio
 import msgspec
 
 from .backends.base import OccurrenceBatch, RetentionStore, WorkflowBatch
-from .backends.ports import AuditBatch
+from .backends.ports import AuditBatch, RollupBatch
 from .errors import ConfigurationError
 
 __all__ = ["PruneReport", "Pruner", "Retention", "RetentionOverride"]
 
-_Batch = TypeVar("_Batch", OccurrenceBatch, WorkflowBatch, AuditBatch)
+_Batch = TypeVar("_Batch", OccurrenceBatch, WorkflowBatch, AuditBatch, RollupBatch)
 
 
 class RetentionOverride(msgspec.Struct, frozen=True):
@@ -72,6 +74,8 @@ class Retention(msgspec.Struct, frozen=True):
         workflow instance, with its history, signals, effects and approvals,
         this long after it finished.
     :param audit_retention: keep the audit trail's rows (:mod:`eventbus.audit`) this long.
+    :param rollup_retention: keep the throughput rollup the charts read
+        (:mod:`eventbus.throughput`) this long: at least a day for the day's charts.
     """
 
     completed_retention: timedelta | None = timedelta(days=7)
@@ -84,11 +88,12 @@ class Retention(msgspec.Struct, frozen=True):
     occurrence_retention: timedelta | None = timedelta(days=7)
     workflow_retention: timedelta | None = timedelta(days=30)
     audit_retention: timedelta | None = timedelta(days=90)
+    rollup_retention: timedelta | None = timedelta(days=2)
 
     def __post_init__(self) -> None:
         names = (
             "completed_retention", "dead_retention", "occurrence_retention", "workflow_retention",
-            "audit_retention",
+            "audit_retention", "rollup_retention",
         )  # fmt: skip
         values = [(name, getattr(self, name)) for name in names]
         values += [("dedup_window", self.dedup_window), ("interval", self.interval)]
@@ -117,6 +122,8 @@ class PruneReport(msgspec.Struct):
     """The history, signals, effects and approvals of those instances."""
     audit_rows: int = 0
     """Rows of the audit trail."""
+    rollup_rows: int = 0
+    """Rows of the throughput rollup."""
     batches: int = 0
     dry_run: bool = False
     skipped: str | None = None
@@ -127,7 +134,7 @@ class PruneReport(msgspec.Struct):
     def total(self) -> int:
         return (
             self.completed_deliveries + self.dead_deliveries + self.events + self.occurrences + self.workflows
-            + self.audit_rows
+            + self.audit_rows + self.rollup_rows
         )  # fmt: skip
 
 
@@ -178,6 +185,7 @@ class Pruner:
             await self._walk_occurrences(report, dry_run, budget, progress)
             await self._walk_workflows(report, dry_run, budget, progress)
             await self._walk_audit(report, dry_run, budget, progress)
+            await self._walk_rollup(report, dry_run, budget, progress)
             report.seconds = time.monotonic() - started
             if not dry_run:
                 await self.store.record_prune(msgspec.to_builtins(report))
@@ -282,6 +290,28 @@ class Pruner:
 
         def count(b: AuditBatch) -> None:
             report.audit_rows += b.rows
+
+        await _walk_rows(batch, count, report, max_batches, progress)
+
+    async def _walk_rollup(
+        self,
+        report: PruneReport,
+        dry_run: bool,
+        max_batches: int,
+        progress: Callable[[PruneReport], object] | None,
+    ) -> None:
+        """Old throughput rollup rows, oldest first, from the oldest each pass."""
+        seconds = _seconds(self.retention.rollup_retention)
+        if seconds is None:
+            return
+
+        async def batch(after: Any) -> RollupBatch:
+            return await self.store.prune_rollup(
+                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
+            )
+
+        def count(b: RollupBatch) -> None:
+            report.rollup_rows += b.rows
 
         await _walk_rows(batch, count, report, max_batches, progress)
 

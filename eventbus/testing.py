@@ -146,6 +146,7 @@ async def drain_throughput(
     publish_batch: int = 1000,
     ordering_keys: int = 0,
     transactional: bool = False,
+    rollup: bool = True,
 ) -> Throughput:
     """Publish ``n`` :class:`BenchEvent` on a :func:`temporary_bus`, then time one :func:`drain` of them.
 
@@ -155,10 +156,11 @@ async def drain_throughput(
     spread over the log). With ``transactional``, the handlers are
     transactional (each delivery completes in a transaction of its own, which
     the handler could write in). Planner statistics are refreshed before the
-    drain, as autovacuum would in steady state.
+    drain, as autovacuum would in steady state. ``rollup``: the bus's workers
+    keep the throughput rollup (``Bus(rollup=…)``).
     """
     pool: dict[str, Any] = {} if dsn is None or dsn.startswith("sqlite:") else {"max_pool_size": 8}
-    async with temporary_bus(dsn, **pool) as bus:
+    async with temporary_bus(dsn, rollup=rollup, **pool) as bus:
         _subscribe_bench(
             bus, subscriptions, handler_sleep_seconds, ordered=ordering_keys > 0, transactional=transactional
         )

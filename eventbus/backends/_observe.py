@@ -15,6 +15,7 @@ from ..types import (
     trace_id_of,
 )
 from .base import decode_headers
+from .ports import RollupBucket
 
 __all__ = [
     "COUNT_CAP",
@@ -22,6 +23,7 @@ __all__ = [
     "Override",
     "chain_of",
     "event_types_of",
+    "rollup_buckets",
     "shortest_cutoff",
     "subscriptions_of",
 ]
@@ -118,3 +120,19 @@ def event_types_of(
         )
         for r in rows
     ]
+
+
+def rollup_buckets(counts: Sequence[Any], durations: Sequence[Any]) -> list[RollupBucket]:
+    """Rollup steps from the rows of ``rollup_counts`` and ``rollup_durations`` (either backend)."""
+    runs: dict[tuple[str, int], dict[int, int]] = {}
+    for d in durations:
+        runs.setdefault((d["subscription"], int(d["start"])), {})[int(d["bucket"])] = int(d["runs"])
+    return [_bucket(c, runs.get((c["subscription"], int(c["start"])), {})) for c in counts]
+
+
+def _bucket(c: Any, durations: dict[int, int]) -> RollupBucket:
+    return RollupBucket(
+        subscription=c["subscription"], start=int(c["start"]), completed=int(c["completed"]),
+        failed=int(c["failed"]), dead=int(c["dead"]), durations=durations,
+        pending=None if c["pending"] is None else int(c["pending"]), lag_seconds=c["lag_seconds"],
+    )  # fmt: skip

@@ -32,6 +32,7 @@ from .ports import (
     PruneBatch,
     Rescue,
     RetentionStore,
+    RollupStore,
     ScheduleDecl,
     SchedulePlanner,
     ScheduleStore,
@@ -72,6 +73,7 @@ __all__ = [
     "PruneBatch",
     "Rescue",
     "RetentionStore",
+    "RollupStore",
     "ScheduleDecl",
     "SchedulePlanner",
     "ScheduleStore",
@@ -125,6 +127,11 @@ class Backend(Protocol):
     @property
     def retention(self) -> RetentionStore:
         """Deleting finished rows past their retention."""
+        ...
+
+    @property
+    def rollup(self) -> RollupStore:
+        """Appending to the throughput rollup the charts read."""
         ...
 
     @property

@@ -113,8 +113,8 @@ def _summary(report: PruneReport) -> str:
     return (
         f"{verb}: {report.completed_deliveries} completed, {report.dead_deliveries} dead deliveries, "
         f"{report.events} events, {report.occurrences} schedule occurrences, {report.workflows} "
-        f"finished workflows ({report.workflow_rows} rows), {report.audit_rows} audit rows "
-        f"({report.batches} batches)"
+        f"finished workflows ({report.workflow_rows} rows), {report.audit_rows} audit rows, "
+        f"{report.rollup_rows} throughput rollup rows ({report.batches} batches)"
     )
 
 
@@ -126,6 +126,7 @@ def _summary(report: PruneReport) -> str:
 @click.option("--occurrence-retention", type=float, help="Days to keep schedule occurrences (default 7).")
 @click.option("--workflow-retention", type=float, help="Days to keep finished workflows (default 30).")
 @click.option("--audit-retention", type=float, help="Days to keep the audit trail (default 90).")
+@click.option("--rollup-retention", type=float, help="Days to keep the throughput rollup (default 2).")
 @click.pass_obj
 def prune(
     obj: Obj,
@@ -136,6 +137,7 @@ def prune(
     occurrence_retention: float | None,
     workflow_retention: float | None,
     audit_retention: float | None,
+    rollup_retention: float | None,
 ) -> None:
     """Delete finished deliveries, events, schedule occurrences and workflows past their retention."""
     for name, value in (
@@ -145,6 +147,7 @@ def prune(
         ("--occurrence-retention", occurrence_retention),
         ("--workflow-retention", workflow_retention),
         ("--audit-retention", audit_retention),
+        ("--rollup-retention", rollup_retention),
     ):
         if value is not None and not 0 <= value < 1e6:
             raise click.BadParameter("must be a number of days, 0 or more", param_hint=name)
@@ -160,6 +163,7 @@ def prune(
         occurrence_retention=days(occurrence_retention, default.occurrence_retention),
         workflow_retention=days(workflow_retention, default.workflow_retention),
         audit_retention=days(audit_retention, default.audit_retention),
+        rollup_retention=days(rollup_retention, default.rollup_retention),
     )
     tty = sys.stderr.isatty()
 

@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..bus import MAX_INSPECT_ROWS, Bus
 from ..errors import ConfigurationError, EventBusError, NotFound
 from ..triage import DEFAULT_SAMPLE, MAX_SAMPLE
-from . import _actions, _audit, _live, _pages, _stuck, _triage
+from . import _actions, _audit, _charts, _live, _pages, _stuck, _triage
 from ._guard import Guard, Refused
 from ._render import Pages
 
@@ -108,6 +108,7 @@ def create_app(
         *_actions.routes(pages),
         *_triage.routes(pages),
         *_audit.routes(pages),
+        *_charts.routes(pages),
         Route("/live", _live.endpoint(_live.Fanout(bus, live_fallback, count_cap), live_interval)),
         Mount("/static", StaticFiles(packages=[("eventbus.web", "static")]), name="static"),
     ]

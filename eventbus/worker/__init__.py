@@ -34,13 +34,14 @@ from ..errors import (
 )
 from ..observe import DeliveryTracker
 from ..router import Subscription
+from ..throughput import COMPLETED, DEAD, FAILED, Rollup
 from ._claims import ClaimLoop
 from ._execute import Executor
 from ._health import Phase, WorkerHealth, health, serve_health
 from ._results import ResultWriter
 from ._shield import Shield
 from ._transact import TransactionalRunner
-from ._upkeep import BEAT_SECONDS, report_alive, upkeep_services
+from ._upkeep import BEAT_SECONDS, flush_rollup, report_alive, upkeep_services
 
 if TYPE_CHECKING:
     from ..bus import Bus
@@ -156,6 +157,8 @@ class Worker:
         self._handler_scope: anyio.CancelScope | None = None
         self._shield = Shield()
         self._tracker = DeliveryTracker(bus.hooks, self.id)
+        self.rollup = Rollup() if bus.rollup else None
+        """This worker's counts per subscription and minute, until flushed (None: ``Bus(rollup=False)``)."""
         self._claims = self._claim_loop()
         self._results = ResultWriter(
             self.deliveries, self.wakeups, self._claims.forget, self._unstorable, self._shield
@@ -228,6 +231,8 @@ class Worker:
             await self._serve()
             with self._shield():
                 await self._results.flush_all()
+                if self.rollup is not None:
+                    await flush_rollup(self.bus.backend.rollup, self.rollup, everything=True)
                 if not self.burst:
                     await report_alive(self, gone=True)
             self._shield.abort(0)  # nothing else is worth waiting for
@@ -291,11 +296,22 @@ class Worker:
             raise
         finally:
             self._claims.slots.free()
+        if self.rollup is not None:
+            self._count(sub, result, started)
         if result is None:  # a transactional handler's completion, committed with its writes
             return
         if isinstance(result, Failure) and not result.dead:
             self._claims.wake.within(result.retry_delay_seconds)
         self._results.add(result)
+
+    def _count(self, sub: Subscription, result: Completion | Failure | None, started: float) -> None:
+        """The run in this worker's rollup: its outcome and handler time."""
+        assert self.rollup is not None
+        if result is None or isinstance(result, Completion):
+            outcome = COMPLETED
+        else:
+            outcome = DEAD if result.dead else FAILED
+        self.rollup.add(sub.name, outcome, time.monotonic() - started)
 
     async def _result_of(
         self, sub: Subscription, delivery: ClaimedDelivery, started: float

@@ -17,7 +17,11 @@
   (at least 50 ms, at most a second later), so a schedule fires within about
   a second of its time, usually within tens of milliseconds, and a new
   trigger is seen as soon;
-- retention: a pruning pass every ``Retention.interval``, one pruner at a time.
+- retention: a pruning pass every ``Retention.interval``, one pruner at a time;
+- the throughput rollup (unless ``Bus(rollup=False)``): every ten seconds the
+  counts of the minutes that have ended are appended (in burst mode too), and
+  once a minute the queues are sampled, unless another worker did
+  (see :mod:`eventbus.throughput`).
 
 A database error is logged and the service goes on at its next turn; only a
 burst run (drain) is limited to lease renewal.
@@ -35,15 +39,19 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from ..backends._wakeup import SWEEP
-from ..backends.base import SchedulePlanner
+from ..backends.base import RollupStore, SchedulePlanner
 from ..errors import BackendError
 from ..retention import Pruner
+from ..throughput import DEPTH_CAP, Rollup
 
 if TYPE_CHECKING:
     from ..bus import Bus
     from . import Worker
 
-__all__ = ["Periodic", "ScheduleTicks", "Service", "Stopping", "report_alive", "upkeep_services"]
+__all__ = [
+    "Periodic", "RollupTurns", "ScheduleTicks", "Service", "Stopping", "flush_rollup", "report_alive",
+    "upkeep_services",
+]  # fmt: skip
 
 log = logging.getLogger("eventbus.worker")
 retention_log = logging.getLogger("eventbus.retention")
@@ -53,6 +61,9 @@ Stopping = Callable[[], bool]
 
 BEAT_SECONDS = 5.0
 """About how often a worker reports in."""
+
+ROLLUP_FLUSH_SECONDS = 10.0
+"""About how often a worker appends the rollup of the minutes that have ended."""
 
 
 class Service(Protocol):
@@ -88,8 +99,9 @@ def upkeep_services(bus: Bus, worker: Worker) -> list[Service]:
     """The services ``worker`` runs for ``bus``: lease renewal only in burst mode."""
     leases = [a.sub.lease_seconds for a in worker._claims.active.values()] or [30.0]
     renewal = Periodic("lease renewal", min(leases) / 3, lambda: _renew_leases(worker), min(leases) / 3)
+    rollup = _rollup(bus, worker)
     if worker.burst:
-        return [renewal]
+        return [renewal, *rollup]
     interval = worker.recovery_interval_seconds
     services: list[Service] = [
         renewal,
@@ -97,8 +109,55 @@ def upkeep_services(bus: Bus, worker: Worker) -> list[Service]:
         *_rescue(bus, worker),
         Periodic("liveness", interval * max(1, round(BEAT_SECONDS / interval)), lambda: report_alive(worker)),
         ScheduleTicks(bus),
+        *rollup,
     ]
     return services + _retention(bus)
+
+
+def _rollup(bus: Bus, worker: Worker) -> list[Service]:
+    """The rollup's flushes (and, but in burst mode, the queue samples), unless it is off."""
+    if worker.rollup is None:
+        return []
+    turns = RollupTurns(bus.backend.rollup, worker.rollup, sample=not worker.burst)
+    return [Periodic("throughput rollup", ROLLUP_FLUSH_SECONDS, turns.turn, ROLLUP_FLUSH_SECONDS / 2)]
+
+
+@dataclass
+class RollupTurns:
+    """Appending the rollup of the minutes that have ended; sampling the queues once a minute."""
+
+    store: RollupStore
+    rollup: Rollup
+    sample: bool
+    sampled_minute: int = -1
+    """The last minute this worker sampled, or found sampled."""
+
+    async def turn(self) -> None:
+        await flush_rollup(self.store, self.rollup)
+        minute = int(time.time()) // 60 * 60
+        if not self.sample or minute == self.sampled_minute:
+            return
+        try:
+            await self.store.sample_queues(minute, DEPTH_CAP)
+        except BackendError as exc:
+            log.warning("queue sample not written: %s", exc)
+            return
+        self.sampled_minute = minute
+
+
+async def flush_rollup(store: RollupStore, rollup: Rollup, *, everything: bool = False) -> None:
+    """Append the rollup of the minutes that have ended (``everything``: all it holds, on stop).
+
+    Rows the database refuses are kept for the next flush.
+    """
+    rows = rollup.take(everything=everything)
+    if not rows:
+        return
+    try:
+        await store.record(rows)
+    except BackendError as exc:
+        rollup.put_back(rows)
+        log.warning("throughput rollup not written (%d rows kept for the next flush): %s", len(rows), exc)
 
 
 async def _renew_leases(worker: Worker) -> None:

@@ -7,10 +7,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
 import pytest
+
+from eventbus.backends.ports import RollupRow
 
 from ..conftest import Target
 from .test_cli import APP, eventbus
@@ -153,3 +156,19 @@ def test_publish_with_app_writes_where_the_options_say(target: Target, tmp_path:
     assert not (tmp_path / "eventbus.db").exists()  # the app's own default was not used
     status = json.loads(eventbus(target, "status", "--json").stdout)
     assert status["events"] == 1
+
+
+async def test_prune_keeps_the_throughput_rollup_as_long_as_told(target: Target) -> None:
+    eventbus(target, "migrate")
+    eventbus(target, "worker", APP, "--burst")  # registers the subscriptions
+    async with target.bus() as bus:
+        (name, *_) = [s.name for s in await bus.list_subscriptions()]
+        three_days_ago = (int(time.time()) - 3 * 86400) // 60 * 60
+        rows = [RollupRow(name, three_days_ago - 60 * i, completed=1) for i in range(2)]
+        assert await bus.backend.rollup.record(rows) == 2
+    kept = eventbus(target, "prune", "--dry-run", "--rollup-retention", "4").stdout
+    assert "0 throughput rollup rows" in kept
+    dry = eventbus(target, "prune", "--dry-run", "--rollup-retention", "2").stdout
+    assert "would delete:" in dry and "2 throughput rollup rows" in dry
+    assert "2 throughput rollup rows" in eventbus(target, "prune").stdout  # two days by default
+    assert "0 throughput rollup rows" in eventbus(target, "prune", "--dry-run").stdout

@@ -6,6 +6,7 @@
 - :mod:`.inspect`: :class:`Inspector`, read-only views for the CLI and the dashboard.
 - :mod:`.operate`: :class:`Operator`, guarded admin writes to named ids.
 - :mod:`.retention`: :class:`RetentionStore`, deleting what retention no longer keeps.
+- :mod:`.rollup`: :class:`RollupStore`, the throughput rollup the charts read.
 - :mod:`.schedules`: :class:`ScheduleStore`, schedules and their occurrences.
 - :mod:`.workflows`: :class:`WorkflowStore`, state-machine pointers and history.
 - :mod:`.schema`: :class:`SchemaStore`, migrations.
@@ -32,7 +33,8 @@ from .delivery import (
 )
 from .inspect import Inspector
 from .operate import Operator
-from .retention import AuditBatch, OccurrenceBatch, PruneBatch, RetentionStore, WorkflowBatch
+from .retention import AuditBatch, OccurrenceBatch, PruneBatch, RetentionStore, RollupBatch, WorkflowBatch
+from .rollup import RollupBucket, RollupRow, RollupStore
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
 from .workflows import (
@@ -72,6 +74,10 @@ __all__ = [
     "PruneBatch",
     "Rescue",
     "RetentionStore",
+    "RollupBatch",
+    "RollupBucket",
+    "RollupRow",
+    "RollupStore",
     "ScheduleDecl",
     "SchedulePlanner",
     "ScheduleStore",

@@ -15,6 +15,7 @@ from ...types import (
     StatusReport,
     SubscriptionInfo,
 )
+from .rollup import RollupBucket
 
 __all__ = ["Inspector"]
 
@@ -95,5 +96,17 @@ class Inspector(Protocol):
         range read from where the previous one stopped, so a walk over millions
         of rows never rereads what it passed. Such a walk reads the primary; a
         ``listing`` (ids only shown, never acted on) may be read from a replica.
+        """
+        ...
+
+    async def rollup(
+        self, since: int, step_seconds: int, subscription: str | None = None
+    ) -> list[RollupBucket]:
+        """The throughput rollup from the minute ``since`` (epoch seconds) on, summed per subscription
+        and step of ``step_seconds`` (a multiple of 60), oldest step first.
+
+        Reads the rollup table alone (one range read of its minute index),
+        never the deliveries; ``subscription`` keeps only its rows. Steps
+        without rows are absent.
         """
         ...

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["AuditBatch", "OccurrenceBatch", "PruneBatch", "RetentionStore", "WorkflowBatch"]
+__all__ = ["AuditBatch", "OccurrenceBatch", "PruneBatch", "RetentionStore", "RollupBatch", "WorkflowBatch"]
 
 
 class PruneBatch(msgspec.Struct, frozen=True):
@@ -34,6 +34,14 @@ class OccurrenceBatch(msgspec.Struct, frozen=True):
 
 class AuditBatch(msgspec.Struct, frozen=True):
     """What one batch of the walk over old audit rows deleted (or would delete)."""
+
+    last: Any
+    """Where the walk goes on from (an opaque cursor); None when it reached the end."""
+    rows: int = 0
+
+
+class RollupBatch(msgspec.Struct, frozen=True):
+    """What one batch of the walk over old throughput rollup rows deleted (or would delete)."""
 
     last: Any
     """Where the walk goes on from (an opaque cursor); None when it reached the end."""
@@ -126,6 +134,15 @@ class RetentionStore(Protocol):
         self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
     ) -> AuditBatch:
         """Prune among the next ``limit`` audit rows recorded before the cutoff, oldest first.
+
+        ``after`` is the previous batch's ``last`` (None: from the oldest).
+        """
+        ...
+
+    async def prune_rollup(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> RollupBatch:
+        """Prune among the next ``limit`` throughput rollup rows of minutes before the cutoff, oldest first.
 
         ``after`` is the previous batch's ``last`` (None: from the oldest).
         """

@@ -21,6 +21,7 @@ from .delivery import PgDeliveries
 from .inspect import PgInspector
 from .operate import PgOperator
 from .retention import PgRetention
+from .rollup import PgRollup
 from .schedules import PgSchedules
 from .schema import PgSchema
 from .wakeups import PgWakeups
@@ -114,6 +115,7 @@ class PostgresBackend:
         self.inspect = PgInspector(self.db, self.reads)
         self.operate = PgOperator(self.db)
         self.retention = PgRetention(self.db)
+        self.rollup = PgRollup(self.db)
         self.schedules = PgSchedules(self.db)
         self.workflows = PgWorkflows(self.db)
         self.schema = PgSchema(self.db)

@@ -31,9 +31,10 @@ from ...types import (
     TableHealth,
     WorkerRow,
 )
-from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
+from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, rollup_buckets, subscriptions_of
 from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
+from ..ports import RollupBucket
 from ._db import PgDb
 from ._reads import ReadPool
 
@@ -229,3 +230,14 @@ class PgInspector:
             history[a["delivery_id"]].append(row_as(AttemptRecord, a))
         deliveries = [detail_of(r, history[r["id"]]) for r in rows]
         return row_as(EventView, event, json=("headers",), deliveries=deliveries)
+
+    async def rollup(
+        self, since: int, step_seconds: int, subscription: str | None = None
+    ) -> list[RollupBucket]:
+        """The rollup per subscription and step (see ``Inspector.rollup``): two grouped range reads."""
+        args = (float(since), float(step_seconds), subscription)
+        async with self._readonly("reading the throughput rollup") as conn:
+            await conn.execute(self.q["rollup_settings"])
+            counts = await conn.fetch(self.q["rollup_counts"], *args)
+            durations = await conn.fetch(self.q["rollup_durations"], *args)
+        return rollup_buckets(counts, durations)

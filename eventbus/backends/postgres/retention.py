@@ -11,7 +11,7 @@ import orjson
 
 from .._observe import Override, shortest_cutoff
 from .._rows import row_as
-from ..ports import AuditBatch, OccurrenceBatch, PruneBatch, WorkflowBatch
+from ..ports import AuditBatch, OccurrenceBatch, PruneBatch, RollupBatch, WorkflowBatch
 from ._db import PgDb
 
 __all__ = ["PgRetention"]
@@ -121,6 +121,15 @@ class PgRetention:
         row = await self._batch(self.q["prune_audit"], at, last_id, limit, older_than_seconds, dry_run)
         last = (row["last_at"], row["last_id"]) if row["rows"] == limit else None
         return AuditBatch(last=last, rows=row["rows"])
+
+    async def prune_rollup(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> RollupBatch:
+        """Throughput rollup rows past their retention, oldest first (see ``RetentionStore``)."""
+        minute, last_id = after or (None, None)
+        row = await self._batch(self.q["prune_rollup"], minute, last_id, limit, older_than_seconds, dry_run)
+        last = (row["last_minute"], row["last_id"]) if row["rows"] == limit else None
+        return RollupBatch(last=last, rows=row["rows"])
 
     async def _touch_lock(self) -> None:
         """Behind a transaction pooler, keep the lock's transaction from idling out (``prune_lock_touch``)."""

@@ -23,6 +23,7 @@ from .delivery import SQLiteDeliveries
 from .inspect import SQLiteInspector
 from .operate import SQLiteOperator
 from .retention import SQLiteRetention
+from .rollup import SQLiteRollup
 from .schedules import SQLiteSchedules
 from .schema import SQLiteSchema
 from .wakeups import SQLiteWakeups
@@ -79,6 +80,7 @@ class SQLiteBackend:
         self.inspect = SQLiteInspector(self.db)
         self.operate = SQLiteOperator(self.db)
         self.retention = SQLiteRetention(self.db)
+        self.rollup = SQLiteRollup(self.db)
         self.schedules = SQLiteSchedules(self.db)
         self.workflows = SQLiteWorkflows(self.db)
         self.schema = SQLiteSchema(self.db)

@@ -30,9 +30,10 @@ from ...types import (
     SubscriptionInfo,
     WorkerRow,
 )
-from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, subscriptions_of
+from .._observe import COUNT_CAP, RECENT_WINDOW, chain_of, event_types_of, rollup_buckets, subscriptions_of
 from .._rows import row_as, rows_as, windowed
 from .._sql import contains_like, message_like
+from ..ports import RollupBucket
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import ids_json, to_epoch, to_time
@@ -75,6 +76,13 @@ class SQLiteInspector:
     async def health(self, window: int | None = None) -> StatusDetails:
         q = self._db.q
         return await self._db.read(lambda c: _health(c, q, window))
+
+    async def rollup(
+        self, since: int, step_seconds: int, subscription: str | None = None
+    ) -> list[RollupBucket]:
+        params = {"since": since, "step": step_seconds, "subscription": subscription}
+        counts = await self._db.fetch("rollup_counts", params)
+        return rollup_buckets(counts, await self._db.fetch("rollup_durations", params))
 
     async def find(
         self, flt: DeliveryFilter, limit: int = 50, before_id: int | None = None

@@ -17,7 +17,7 @@ import orjson
 
 from .._observe import Override, shortest_cutoff
 from ..base import OccurrenceBatch, PruneBatch, WorkflowBatch
-from ..ports import AuditBatch
+from ..ports import AuditBatch, RollupBatch
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import ids_json
@@ -85,6 +85,13 @@ class SQLiteRetention:
         params = {"after_at": at, "after_id": last_id, "limit": limit, "seconds": older_than_seconds}
         return await self._db.write(prune_audit, params, dry_run)
 
+    async def prune_rollup(
+        self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False
+    ) -> RollupBatch:
+        minute, last_id = after or (None, None)
+        params = {"after_minute": minute, "after_id": last_id, "limit": limit, "seconds": older_than_seconds}
+        return await self._db.write(prune_rollup, params, dry_run)
+
     async def record_prune(self, report: dict[str, Any]) -> None:
         await self._db.write(record_prune, orjson.dumps(report).decode())
 
@@ -140,6 +147,17 @@ def prune_audit(
         conn.execute(q["prune_audit_delete"], {"ids": ids_json([r["id"] for r in batch])})
     last = (batch[-1]["at"], batch[-1]["id"]) if len(batch) == p["limit"] else None
     return AuditBatch(last=last, rows=len(batch))
+
+
+def prune_rollup(
+    conn: sqlite3.Connection, q: Queries, now: float, p: dict[str, Any], dry_run: bool
+) -> RollupBatch:
+    """One batch of old throughput rollup rows in one write transaction."""
+    batch = conn.execute(q["prune_rollup_batch"], {**p, "now": now}).fetchall()
+    if batch and not dry_run:
+        conn.execute(q["prune_rollup_delete"], {"ids": ids_json([r["id"] for r in batch])})
+    last = (batch[-1]["minute"], batch[-1]["id"]) if len(batch) == p["limit"] else None
+    return RollupBatch(last=last, rows=len(batch))
 
 
 def prune_workflows(

@@ -124,14 +124,14 @@ async def test_history_written_before_the_migration_reads_as_unknown(
     for sqlite, postgres in (
         ("ALTER TABLE wf_history DROP COLUMN woken_by", "ALTER TABLE {s}.wf_history DROP COLUMN woken_by"),
         (
-            "DELETE FROM schema_migrations WHERE version = 23",
-            "DELETE FROM {s}.schema_migrations WHERE version = 23",
+            "DELETE FROM schema_migrations WHERE version = 22",
+            "DELETE FROM {s}.schema_migrations WHERE version = 22",
         ),
     ):
-        await store_rows(target, sqlite, postgres)  # the history as it was stored before migration 0023
+        await store_rows(target, sqlite, postgres)  # the history as it was stored before migration 0022
     bus = target.bus()
     try:
-        assert await bus.migrate() == ["0023_add_history_wake_causes.sql"]
+        assert await bus.migrate() == ["0022_add_history_wake_causes.sql"]
         store = bus.backend.workflows
         (old,) = await store.history("store", "old")
         assert (old.state, old.woken_by) == ("A", None)

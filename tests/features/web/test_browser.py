@@ -151,6 +151,7 @@ async def _every_page(page: Page, base: str, bus: Bus) -> AsyncIterator[str]:
         "schedules": "/schedules",
         "schedule": "/schedules/hourly-report",
         "audit": "/audit",
+        "charts": "/charts",
         "error": "/events/999999999",
     }
     for name, path in paths.items():
@@ -329,6 +330,29 @@ async def test_machine_drawings_in_the_browser(page: Page, serve, seeded: Bus, b
             assert not overlap, (a, b)
     await page.click("figure.machine-drawing a >> text=CHARGE")  # a state's box leads to its runs
     await expect(page).to_have_url(re.compile(r"/machines/pay\?state=CHARGE$"))
+
+
+@ONE  # both backends: test_charts.py
+async def test_charts_in_the_browser(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+    """The four charts and the handler table; the day's window, then one subscription's."""
+    base = await serve(None)
+    page = await browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    await page.goto(base + "/")
+    await page.click("nav >> text=Charts")
+    await expect(page.locator("figure.chart svg[role=img]")).to_have_count(4)
+    await expect(page.locator("#chart-runs rect.s-dead").first).to_be_visible()
+    await expect(page.locator("#chart-runs .legend")).to_contain_text("dead-lettered")
+    await expect(page.locator("#handlers tbody tr", has_text="charge").locator("td").nth(5)).to_have_text("3")
+    await _shot(page, "charts", backend_kind)
+    await page.click(".window-switch >> text=1d")
+    await expect(page.locator("#chart-runs figcaption")).to_contain_text("Handler runs per 10 minutes")
+    await page.select_option("select[name=subscription]", "charge")
+    await page.click("button:text('Show')")
+    await expect(page.locator("h2.scope")).to_have_text("charge · last day")
+    await expect(page.locator("#handlers tbody tr")).to_have_count(1)
+    assert "window=1d" in page.url and errors == []
 
 
 @ONE  # both backends: test_hardening.py (lock ends the session)

@@ -451,3 +451,42 @@ SELECT CASE
     WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0.0
     ELSE greatest(0.0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()))::float8
 END;
+
+-- name: rollup_settings
+-- For the rollup's reads, in their transaction: the planner cannot tell how
+-- few buckets a histogram holds (it takes a hundred per row), so it would
+-- compile the day's read (JIT: most of a second), start a parallel worker and
+-- sort the buckets on disk, each costing more than the read itself. The
+-- memory is for the day's merge of the histograms, hashed in one pass.
+SELECT set_config('jit', 'off', true), set_config('max_parallel_workers_per_gather', '0', true),
+       set_config('work_mem', '64MB', true);
+
+-- name: rollup_counts
+-- The throughput rollup from the minute $1 (epoch seconds) on, summed per
+-- subscription and step of $2 seconds (every worker's rows of a minute add
+-- up; the largest queue sample of a step stands for it); $3: one
+-- subscription's rows alone (NULL: all). One range read of
+-- throughput_rollup_minute: the deliveries are never read.
+SELECT s.name AS subscription,
+       (floor(extract(epoch FROM r.minute) / $2::float8) * $2::float8)::bigint AS start,
+       sum(r.completed)::bigint AS completed, sum(r.failed)::bigint AS failed,
+       sum(r.dead)::bigint AS dead, max(r.pending) AS pending, max(r.lag_seconds) AS lag_seconds
+FROM {schema}.throughput_rollup r
+JOIN {schema}.subscriptions s ON s.id = r.subscription_id
+WHERE r.minute >= to_timestamp($1::float8) AND ($3::text IS NULL OR s.name = $3::text)
+GROUP BY 1, 2
+ORDER BY 2, 1;
+
+-- name: rollup_durations
+-- The duration histograms of the same rows, merged per subscription, step
+-- and bucket (a histogram is summed bucket by bucket).
+SELECT s.name AS subscription,
+       (floor(extract(epoch FROM r.minute) / $2::float8) * $2::float8)::bigint AS start,
+       d.key::int AS bucket, sum(d.value::bigint)::bigint AS runs
+FROM {schema}.throughput_rollup r
+JOIN {schema}.subscriptions s ON s.id = r.subscription_id
+CROSS JOIN LATERAL jsonb_each(r.durations) d
+WHERE r.minute >= to_timestamp($1::float8) AND r.durations IS NOT NULL
+  AND ($3::text IS NULL OR s.name = $3::text)
+GROUP BY 1, 2, 3;
+

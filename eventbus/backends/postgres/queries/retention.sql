@@ -189,3 +189,26 @@ WITH doomed AS (
 SELECT (SELECT count(*) FROM doomed) AS rows,
        (SELECT at FROM last) AS last_at,
        (SELECT id FROM last) AS last_id;
+
+-- name: prune_rollup
+-- One batch of the walk over the throughput rollup: the next $3 rows after
+-- the cursor ($1, $2; NULL from the oldest) in (minute, id) order, of minutes
+-- more than $4 seconds ago: a bounded range read of throughput_rollup_minute.
+-- Rows are only ever inserted, so no lock is contended. $5: a dry run, which
+-- deletes nothing.
+WITH doomed AS (
+    SELECT id, minute FROM {schema}.throughput_rollup
+    WHERE minute < now() - $4::float8 * interval '1 second'
+      AND ($1::timestamptz IS NULL OR (minute, id) > ($1::timestamptz, $2::bigint))
+    ORDER BY minute, id
+    LIMIT $3
+), gone AS (
+    DELETE FROM {schema}.throughput_rollup r USING doomed d WHERE r.id = d.id AND NOT $5
+    RETURNING 1
+), last AS (
+    SELECT minute, id FROM doomed ORDER BY minute DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM doomed) AS rows,
+       (SELECT minute FROM last) AS last_minute,
+       (SELECT id FROM last) AS last_id;
+

@@ -423,3 +423,31 @@ FROM delivery_attempts a
 JOIN deliveries d ON d.id = a.delivery_id
 WHERE d.event_id = :id
 ORDER BY a.id;
+
+-- name: rollup_counts
+-- The throughput rollup from the minute :since (epoch seconds) on, summed per
+-- subscription and step of :step seconds (every worker's rows of a minute add
+-- up; the largest queue sample of a step stands for it); :subscription: one
+-- subscription's rows alone (NULL: all). One range read of
+-- throughput_rollup_minute: the deliveries are never read.
+SELECT s.name AS subscription, (r.minute / :step) * :step AS start,
+       sum(r.completed) AS completed, sum(r.failed) AS failed, sum(r.dead) AS dead,
+       max(r.pending) AS pending, max(r.lag_seconds) AS lag_seconds
+FROM throughput_rollup r
+JOIN subscriptions s ON s.id = r.subscription_id
+WHERE r.minute >= :since AND (:subscription IS NULL OR s.name = :subscription)
+GROUP BY 1, 2
+ORDER BY 2, 1;
+
+-- name: rollup_durations
+-- The duration histograms of the same rows, merged per subscription, step
+-- and bucket (a histogram is summed bucket by bucket).
+SELECT s.name AS subscription, (r.minute / :step) * :step AS start,
+       CAST(d.key AS INTEGER) AS bucket, sum(d.value) AS runs
+FROM throughput_rollup r
+JOIN subscriptions s ON s.id = r.subscription_id
+JOIN json_each(r.durations) d
+WHERE r.minute >= :since AND r.durations IS NOT NULL
+  AND (:subscription IS NULL OR s.name = :subscription)
+GROUP BY 1, 2, 3;
+

@@ -128,3 +128,18 @@ LIMIT :limit;
 -- name: prune_audit_delete
 -- The batch's rows (:ids, a JSON array of ids), by primary key.
 DELETE FROM audit_log WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_rollup_batch
+-- The next batch of the walk over the throughput rollup, after the cursor
+-- (:after_minute, :after_id; NULL from the oldest), in (minute, id) order, of
+-- minutes more than :seconds ago (a bounded range read of throughput_rollup_minute).
+SELECT id, minute FROM throughput_rollup
+WHERE minute < :now - :seconds
+  AND (:after_minute IS NULL OR (minute, id) > (:after_minute, :after_id))
+ORDER BY minute, id
+LIMIT :limit;
+
+-- name: prune_rollup_delete
+-- The batch's rows (:ids, a JSON array of ids), by primary key.
+DELETE FROM throughput_rollup WHERE id IN (SELECT value FROM json_each(:ids));
+
