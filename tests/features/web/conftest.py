@@ -1,17 +1,26 @@
-"""Dashboard fixtures: a seeded bus on each backend and an in-process HTTP client of its app."""
+"""Dashboard fixtures: a seeded bus on each backend, an in-process HTTP client of its app, a browser."""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from pathlib import Path
+from typing import Final
 
 import httpx
 import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, BrowserContext, Page
 
 from eventbus import Bus
 from eventbus.web import create_app
 
-from ._data import seed
+from ...conftest import Target
+from ...support.processes import ProcessGroup
+from . import _browser
+from ._data import declare, seed
 
 TOKEN = "s3cret-token"
 ORIGIN = "http://localhost"
@@ -51,3 +60,94 @@ async def unlock(client: httpx.AsyncClient, operator: str = OPERATOR) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page.text)
     assert found is not None, page.text
     return found.group(1)
+
+
+# --- The browser tests (test_browser.py and the other *_browser.py files) ---
+#
+# One Chromium per test process: a test that asks for it (``browser``, ``page``…) runs on the
+# process's own event loop (pytest-asyncio's session loop), where that Chromium
+# lives, and so do the async fixtures it uses (its bus, its target).
+
+BROWSER_LOOP: Final = "session"
+
+
+def _drives_a_browser(item: pytest.Item) -> bool:
+    return "chromium" in getattr(item, "fixturenames", ())  # ``browser``, ``page``… ask for it
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _drives_a_browser(item):
+            item.add_marker(pytest.mark.asyncio(loop_scope=BROWSER_LOOP), append=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_fixture_setup(
+    fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest
+) -> Generator[None, object, object]:
+    """Set up a browser test's async function fixtures on its loop (pytest-asyncio reads ``_loop_scope``)."""
+    func = fixturedef.func
+    moved = (
+        fixturedef.scope == "function"
+        and _drives_a_browser(request.node)
+        and (inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func))
+        and getattr(func, "_loop_scope", None) is None
+    )
+    if moved:
+        setattr(func, "_loop_scope", BROWSER_LOOP)  # noqa: B010
+    try:
+        return (yield)
+    finally:
+        if moved:
+            delattr(func, "_loop_scope")
+
+
+@pytest_asyncio.fixture(scope=BROWSER_LOOP, loop_scope=BROWSER_LOOP)
+async def chromium() -> AsyncIterator[Browser]:
+    """This test process's Chromium."""
+    async with _browser.chromium() as b:
+        yield b
+
+
+@pytest.fixture
+async def browser(chromium: Browser, serve) -> AsyncIterator[Browser]:
+    """The process's Chromium; what the test opens in it (``new_page``, ``new_context``) is closed at its end.
+
+    Closed before the dashboards stop (``serve``), so their open event streams end first.
+    """
+    before = set(chromium.contexts)
+    yield chromium
+    for context in chromium.contexts:
+        if context not in before:
+            await context.close()
+
+
+@pytest.fixture
+async def context(browser: Browser) -> BrowserContext:
+    """A fresh context (its own cookies and storage) of a desktop-sized window."""
+    return await browser.new_context(viewport={"width": 1280, "height": 800})
+
+
+@pytest.fixture
+async def page(context: BrowserContext) -> Page:
+    return await context.new_page()
+
+
+@pytest.fixture
+async def serve(target: Target, seeded: Bus, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[str]]]:
+    """``await serve(token)``: the URL of a dashboard of the seeded database, served from this process.
+
+    With ``eventbus dashboard`` options, or ``command=True``, the real command serves it instead.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        group = ProcessGroup(tmp_path)
+        stack.push_async_callback(group.aclose)
+
+        async def start(token: str | None, *options: str, command: bool = False) -> str:
+            if options or command:
+                return await _browser.serve_command(group, target.env(), token, *options)
+            own = target.bus()  # a bus of its own, as the command's (tests/apps/web_app.py)
+            declare(own)
+            return await stack.enter_async_context(_browser.serve_app(own, token))
+
+        yield start

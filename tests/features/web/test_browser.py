@@ -1,99 +1,51 @@
-"""The dashboard in a real browser: Debian's chromium driven by Playwright, against ``eventbus dashboard``.
+"""The dashboard in a real browser: Debian's chromium driven by Playwright.
 
-Each test starts the dashboard command on a free port over the seeded
-database and saves a screenshot of what it looked at under tests/_output/.
+The tests share their process's Chromium, each with contexts of its own, and
+serve the dashboard over the seeded database from the test's process
+(conftest.py, _browser.py); the one that needs it in a process of its own
+starts the real ``eventbus dashboard`` command. Each saves a screenshot of what
+it looked at under tests/_output/.
+
+A browser test runs on one backend when its backend's part is covered on both
+by the route tests (test_routes.py, test_live.py, test_triage.py, …).
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-import socket
-import sys
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 
 from eventbus import Bus
 from eventbus.types import DeliveryFilter
 
 from ...support.helpers import OrderPlaced
-from ...support.processes import ProcessGroup
+from ._browser import serve_app
+from ._browser import shot as _shot
 from ._data import drain_orders, pay, state
 from .conftest import OPERATOR, TOKEN
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]  # fmt: skip
-OUTPUT = Path(__file__).resolve().parents[2] / "_output"
-EVENTBUS = str(Path(sys.executable).with_name("eventbus"))
+ONE = pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)
+"""A browser test on one backend: what differs between the backends is covered by the route tests on both."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def __getattr__(name: str) -> object:
+    """The fixtures ``browser`` and ``serve`` (conftest.py), still importable from here as they were."""
+    if name in ("browser", "serve"):
+        from . import conftest
+
+        return getattr(conftest, name)
+    raise AttributeError(name)
 
 
-async def _serve(group: ProcessGroup, env: dict[str, str], token: str | None, *options: str) -> str:
-    port = _free_port()
-    cmd = [EVENTBUS, "dashboard", "tests.apps.web_app:bus", "--port", str(port), *options]
-    proc = group.spawn(cmd + (["--token", token] if token else []), env, "dashboard")
-    url = f"http://127.0.0.1:{port}"
-    async with httpx.AsyncClient() as client:
-        with anyio.fail_after(15):
-            while True:
-                assert proc.alive(), proc.output()
-                try:
-                    if (await client.get(url + "/static/dashboard.js")).status_code == 200:
-                        return url
-                except httpx.TransportError:
-                    pass
-                await anyio.sleep(0.1)
-
-
-@contextlib.asynccontextmanager
-async def _chromium() -> AsyncIterator[Browser]:
-    assert Path(CHROMIUM).exists(), "install chromium: apt-get install -y chromium"
-    async with async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        try:
-            yield b
-        finally:
-            await b.close()
-
-
-@pytest.fixture
-async def browser(serve) -> AsyncIterator[Browser]:
-    """Closed before the dashboard stops, so its open event streams end first."""
-    async with _chromium() as b:
-        yield b
-
-
-@pytest.fixture
-async def serve(target, seeded: Bus, tmp_path: Path) -> AsyncIterator:
-    group = ProcessGroup(tmp_path)
-
-    async def start(token: str | None, *options: str) -> str:
-        return await _serve(group, target.env(), token, *options)
-
-    yield start
-    await group.aclose()
-
-
-async def _shot(page: Page, name: str, kind: str) -> None:
-    OUTPUT.mkdir(exist_ok=True)
-    await page.screenshot(path=str(OUTPUT / f"{name}-{kind}.png"), full_page=True)
-
-
-async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+@ONE  # both backends: test_routes.py (every page), test_live.py (the stream)
+async def test_every_page_loads(page: Page, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(None)
-    page = await browser.new_page(viewport={"width": 1280, "height": 800})
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     # A script or style the security policy blocked shows as a console error.
@@ -121,9 +73,9 @@ async def test_every_page_loads(browser: Browser, serve, seeded: Bus, backend_ki
     await expect(page.locator("#live-stamp")).to_have_text(re.compile(r"^updated \d\d:\d\d:\d\d$"))
 
 
-async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, seeded: Bus) -> None:
+@ONE  # both backends: test_routes.py (a count change refreshes the stream), test_live.py
+async def test_live_panel_refreshes_without_a_reload(page: Page, serve, seeded: Bus) -> None:
     base = await serve(None)
-    page = await browser.new_page()
     await page.goto(base + "/deliveries?subscription=charge&status=dead")
     await expect(page.locator("#count")).to_have_text("3")
     await page.evaluate("window.__kept = true")  # gone if the page reloaded
@@ -133,9 +85,9 @@ async def test_live_panel_refreshes_without_a_reload(browser: Browser, serve, se
     assert await page.evaluate("window.__kept === true")
 
 
-async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+@ONE  # both backends: test_routes.py (bulk replay), test_audit.py
+async def test_replay_through_the_ui(page: Page, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(TOKEN)
-    page = await browser.new_page(viewport={"width": 1280, "height": 800})
     await page.goto(base + "/dead?subscription=charge")
     await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
@@ -159,9 +111,9 @@ async def test_replay_through_the_ui(browser: Browser, serve, seeded: Bus, backe
     assert await seeded.count_deliveries(DeliveryFilter(subscription="notify", status="completed")) == 6
 
 
-async def test_approval_through_the_ui(browser: Browser, serve, seeded: Bus) -> None:
+@ONE  # both backends: test_routes.py (approval through the dashboard)
+async def test_approval_through_the_ui(page: Page, serve, seeded: Bus) -> None:
     base = await serve(TOKEN)
-    page = await browser.new_page()
     await page.goto(base + "/machines/pay/instances/c-1")
     await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
@@ -212,6 +164,7 @@ async def _every_page(page: Page, base: str, bus: Bus) -> AsyncIterator[str]:
     yield "confirm"
 
 
+@ONE  # the pages look the same on both
 async def test_pages_fit_a_phone_screen(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
     """At 390 px wide no page scrolls sideways, in either colour scheme: wide tables scroll in their cards."""
     base = await serve(TOKEN)
@@ -249,12 +202,11 @@ LOWEST_CONTRAST = """(selector) => {
 TEXT = "a, th, td, .status, .muted, pre, code, .flash, .error, button, label, select, input, h1, h2, p, li"
 
 
-@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # the pages look the same on both
+@ONE  # the pages look the same on both
 async def test_dark_mode_follows_the_system_and_every_page_reads_in_both(
-    browser: Browser, serve, seeded: Bus, backend_kind: str
+    page: Page, serve, seeded: Bus, backend_kind: str
 ) -> None:
     base = await serve(TOKEN)
-    page = await browser.new_page(viewport={"width": 1280, "height": 800})
     grounds = set()
     async for name in _every_page(page, base, seeded):
         for scheme in ("light", "dark"):
@@ -268,9 +220,9 @@ async def test_dark_mode_follows_the_system_and_every_page_reads_in_both(
     assert grounds == {("light", "rgb(247, 248, 250)"), ("dark", "rgb(15, 19, 24)")}
 
 
-async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+@ONE  # both backends: test_routes.py, test_live.py (the refresh on a publish)
+async def test_lists_by_keyboard(page: Page, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(None)
-    page = await browser.new_page()
     await page.goto(base + "/deliveries?subscription=charge")
     rows = page.locator("main table tbody tr")
     await expect(rows).to_have_count(6)
@@ -290,7 +242,7 @@ async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus, backend_k
     await expect(page.locator("#count")).to_have_text("7")
     await expect(focused).to_have_count(1)
     assert await page.evaluate("document.activeElement.matches('tr.nav-focus')")
-    event_link = await focused.locator("a").get_attribute("href")
+    event_link = await focused.locator("a[href]").first.get_attribute("href")  # what Enter opens
     await page.keyboard.press("Enter")
     await expect(page).to_have_url(base + str(event_link))
     await page.go_back()
@@ -315,6 +267,7 @@ async def test_lists_by_keyboard(browser: Browser, serve, seeded: Bus, backend_k
     await expect(focused).to_have_count(0)
 
 
+@ONE  # the times are stored the same on both: test_hardening.py
 async def test_times_show_in_the_browsers_time_zone_with_utc_on_hover(
     browser: Browser, serve, seeded: Bus
 ) -> None:
@@ -334,7 +287,10 @@ async def test_times_show_in_the_browsers_time_zone_with_utc_on_hover(
 async def test_an_open_page_refreshes_on_a_publish_elsewhere_without_polling(
     browser: Browser, serve, seeded: Bus
 ) -> None:
-    """With the status looks a minute apart, only a change hint (LISTEN, the file's commits) is this fast."""
+    """With the status looks a minute apart, only a change hint (LISTEN, the file's commits) is this fast.
+
+    On both backends, with the real ``eventbus dashboard`` command: the hint crosses processes.
+    """
     base = await serve(None, "--live-fallback", "60")
     page = await browser.new_page()
     await page.goto(base + "/deliveries?subscription=charge")
@@ -347,12 +303,10 @@ async def test_an_open_page_refreshes_on_a_publish_elsewhere_without_polling(
     assert await page.evaluate("window.__kept === true")
 
 
-async def test_machine_drawings_in_the_browser(
-    browser: Browser, serve, seeded: Bus, backend_kind: str
-) -> None:
+@ONE  # both backends: test_drawings.py, test_routes.py
+async def test_machine_drawings_in_the_browser(page: Page, serve, seeded: Bus, backend_kind: str) -> None:
     """The drawn diagram and the run's timeline render, fit their cards, and their text does not overlap."""
     base = await serve(None)
-    page = await browser.new_page(viewport={"width": 1280, "height": 800})
     await page.goto(base + "/machines/pay")
     drawing = page.locator("figure.machine-drawing svg")
     await expect(drawing).to_be_visible()
@@ -378,6 +332,7 @@ async def test_machine_drawings_in_the_browser(
     await expect(page).to_have_url(re.compile(r"/machines/pay\?state=CHARGE$"))
 
 
+@ONE  # both backends: test_charts.py
 async def test_charts_in_the_browser(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
     """The four charts and the handler table; the day's window, then one subscription's."""
     base = await serve(None)
@@ -400,9 +355,9 @@ async def test_charts_in_the_browser(browser: Browser, serve, seeded: Bus, backe
     assert "window=1d" in page.url and errors == []
 
 
-async def test_lock_in_the_browser(browser: Browser, serve, seeded: Bus) -> None:
+@ONE  # both backends: test_hardening.py (lock ends the session)
+async def test_lock_in_the_browser(page: Page, serve, seeded: Bus) -> None:
     base = await serve(TOKEN)
-    page = await browser.new_page()
     await page.goto(base + "/dead")
     await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
@@ -417,9 +372,9 @@ async def test_lock_in_the_browser(browser: Browser, serve, seeded: Bus) -> None
     await expect(page.locator("input[name=token]")).to_have_count(1)
 
 
-async def test_read_only_in_the_browser(browser: Browser, serve, seeded: Bus) -> None:
+@ONE  # both backends: test_routes.py (read-only refuses every action)
+async def test_read_only_in_the_browser(page: Page, serve, seeded: Bus) -> None:
     base = await serve(None)
-    page = await browser.new_page()
     await page.goto(base + "/dead")
     await expect(page.locator("header .mode")).to_contain_text("read-only")
     assert await page.locator("text=Replay all matching…").count() == 0
@@ -435,7 +390,7 @@ async def test_read_only_in_the_browser(browser: Browser, serve, seeded: Bus) ->
     assert await seeded.count_deliveries(DeliveryFilter(status="dead")) == 3
 
 
-async def test_example_application_screenshots(tmp_path: Path) -> None:
+async def test_example_application_screenshots(chromium: Browser, tmp_path: Path) -> None:
     """The README's pictures: the example application's order flow (SQLite), with declined cards."""
     from schemas import OrderPlaced as ExampleOrder
     from tests.apps.web_example import build
@@ -444,35 +399,27 @@ async def test_example_application_screenshots(tmp_path: Path) -> None:
 
     dsn = f"sqlite:///{tmp_path / 'example.db'}"
     bus = build(dsn)
-    await bus.migrate()
-    amounts = [1_250, 4_999, 72_000, 18_500, 3_300, 99_900, 640, 27_000]
-    await bus.publish_many(
-        ExampleOrder(order_id=f"ord-{1000 + i}", customer=f"cust-{i % 3}", amount_cents=a)
-        for i, a in enumerate(amounts)
-    )
-    await drain(bus)
-    group = ProcessGroup(tmp_path)
     try:
-        port = _free_port()
-        cmd = [EVENTBUS, "dashboard", "tests.apps.web_example:bus", "--port", str(port)]
-        group.spawn(cmd, {"EVENTBUS_DSN": dsn}, "dashboard")
-        base = f"http://127.0.0.1:{port}"
-        async with _chromium() as browser:
-            await _example_pages(browser, bus, base)
+        await bus.migrate()
+        amounts = [1_250, 4_999, 72_000, 18_500, 3_300, 99_900, 640, 27_000]
+        await bus.publish_many(
+            ExampleOrder(order_id=f"ord-{1000 + i}", customer=f"cust-{i % 3}", amount_cents=a)
+            for i, a in enumerate(amounts)
+        )
+        await drain(bus)
+        context = await chromium.new_context(viewport={"width": 1280, "height": 720})
+        try:
+            # As `eventbus dashboard tests.apps.web_example:bus` does.
+            async with serve_app(build(dsn), None) as base:
+                await _example_pages(await context.new_page(), bus, base)
+        finally:
+            await context.close()  # the pages' event streams end before the dashboard stops
     finally:
         await bus.aclose()
-        await group.aclose()
 
 
-async def _example_pages(browser: Browser, bus: Bus, base: str) -> None:
-    page = await browser.new_page(viewport={"width": 1280, "height": 720})
-    with anyio.fail_after(15):
-        while True:
-            try:
-                await page.goto(base + "/")
-                break
-            except Exception:
-                await anyio.sleep(0.1)
+async def _example_pages(page: Page, bus: Bus, base: str) -> None:
+    await page.goto(base + "/")
     await expect(page.locator("main")).to_contain_text("payments.capture")
     await _shot(page, "example", "overview")
     (shipped, *_) = await bus.find_deliveries(DeliveryFilter(subscription="shipping.notify-customer"))
@@ -483,10 +430,9 @@ async def _example_pages(browser: Browser, bus: Bus, base: str) -> None:
     await expect(page.locator("#count")).to_have_text("2")
 
 
-@pytest.mark.parametrize("backend_kind", ["sqlite"], indirect=True)  # both backends: test_triage.py
-async def test_triage_through_the_ui(browser: Browser, serve, seeded: Bus, backend_kind: str) -> None:
+@ONE  # both backends: test_triage.py
+async def test_triage_through_the_ui(page: Page, serve, seeded: Bus, backend_kind: str) -> None:
     base = await serve(TOKEN)
-    page = await browser.new_page(viewport={"width": 1280, "height": 800})
     await page.goto(base + "/triage")
     await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
