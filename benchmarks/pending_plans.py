@@ -111,7 +111,7 @@ async def entries_per_delivery(dsn: str, priority: int, n: int = 100) -> dict[st
         await count()
         await bus.publish_many([Envelope(PendingTick(i=i), priority=priority) for i in range(n)])
         await count()
-        store = bus.backend.deliveries  # type: ignore[attr-defined]
+        store = bus.backend.deliveries
         claimed = await store.claim(sub_id, n, 30.0, str(uuid.uuid4()))
         await count()
         await store.complete([Completion(c.id, c.lease_token) for c in claimed])
