@@ -333,6 +333,8 @@ async def test_the_pending_backlog_is_indexed_once_and_its_readers_probe_the_ind
         "deliveries_pending_prioritised",
         "deliveries_lease_until",
         "deliveries_dead",
+        "deliveries_dead_newest",
+        "deliveries_cancelled",
         "deliveries_one_per_key",
         "deliveries_key_order",
     }
