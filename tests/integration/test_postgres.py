@@ -287,9 +287,10 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
 
 
 async def test_the_pending_backlog_is_indexed_once_and_its_readers_probe_the_index(pg_bus, pg_target) -> None:
-    """One index holds the whole pending backlog (the claim order); the next due time and
-    the oldest pending age read the first entries of it and of the narrow index of rows
-    with a priority wait, never the backlog, with mixed priorities and rows not due."""
+    """One index holds the whole pending backlog (the claim order); the next due time, the
+    oldest pending age and the rollup's queue sample read the first entries of it and of
+    the narrow index of rows with a priority wait, never the backlog, with mixed
+    priorities and rows not due."""
     import json
 
     @pg_bus.subscribe(OrderPlaced, name="h")
@@ -324,8 +325,20 @@ async def test_the_pending_backlog_is_indexed_once_and_its_readers_probe_the_ind
                 (q["status_oldest_pending"], ()),
             )
         ]
+        tx = conn.transaction()  # the minute's queue sample (counted up to 10), not kept
+        await tx.start()
+        sample = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {q['rollup_sample']}", 0.0, 10)
+        await tx.rollback()
     finally:
         await conn.close()
+    sample_plan = json.loads(sample)[0]["Plan"]
+    sample_reads = [n for n in _nodes(sample_plan) if n.get("Relation Name") == "deliveries"]
+    # the capped count reads 10 rows however it goes; the oldest due age one entry of each index
+    assert all(n["Actual Rows"] <= 10 for n in sample_reads)
+    assert {n.get("Index Name") for n in sample_reads} >= {
+        "deliveries_claim_order",
+        "deliveries_pending_prioritised",
+    }
     assert {i.split(".")[-1] for i in indexes} == {
         "deliveries_pkey",
         "deliveries_event_subscription",
