@@ -7,6 +7,7 @@ import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .context import Context
@@ -52,9 +53,9 @@ class Subscription:
     transactional: bool = False
     """The handler writes through ``ctx.connection``, in the transaction that completes the delivery."""
 
-    @property
+    @cached_property
     def event_type(self) -> str:
-        return event_type_of(self.event_class)
+        return event_type_of(self.event_class)  # read for every delivery a worker runs
 
 
 def _check_handler(handler: Callable[..., Any], event_class: type[Event]) -> None:

@@ -285,8 +285,14 @@ class Worker:
 
     async def _handle(self, sub: Subscription, delivery: ClaimedDelivery) -> None:
         started = time.monotonic()
+        result: Completion | Failure | None
         try:
-            result = await self._result_of(sub, delivery, started)
+            # The handler's result for the result writer (None: already written in its
+            # own transaction); called here, not through a helper: this runs per delivery.
+            if sub.transactional:
+                result = await self._transactional.run(sub, delivery, started)
+            else:
+                result = await self._executor.invoke(sub, delivery, started)
         except anyio.get_cancelled_exc_class():
             if self._grace_over:  # cut off after the grace period: that counts as an attempt
                 self._results.add(self._interrupted(sub, delivery, started))
@@ -312,14 +318,6 @@ class Worker:
         else:
             outcome = DEAD if result.dead else FAILED
         self.rollup.add(sub.name, outcome, time.monotonic() - started)
-
-    async def _result_of(
-        self, sub: Subscription, delivery: ClaimedDelivery, started: float
-    ) -> Completion | Failure | None:
-        """The handler's result for the result writer (None: already written in its own transaction)."""
-        if sub.transactional:
-            return await self._transactional.run(sub, delivery, started)
-        return await self._executor.invoke(sub, delivery, started)
 
     def _interrupted(self, sub: Subscription, delivery: ClaimedDelivery, started: float) -> Failure:
         grace = f"{self.grace_seconds:g}s"

@@ -61,32 +61,45 @@ class _Active:
 
 
 class Slots:
-    """The worker's capacity: deliveries claimed and not yet finished, out of ``size``."""
+    """The worker's capacity: deliveries claimed and not yet finished, out of ``size``.
+
+    One task waits at a time (the claim loop, then the stop). A freed slot
+    wakes it only once as many are free as it waits for: a claim loop waiting
+    for half the slots is woken once per claim, not once per delivery.
+    """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.running = 0
         self._freed = anyio.Event()
+        self._wake_at = math.inf
+        """Free slots at which the waiting task is woken (none waits: never)."""
 
     def take(self) -> None:
         self.running += 1
 
     def free(self) -> None:
         self.running -= 1
-        self._freed.set()
+        if self.size - self.running >= self._wake_at:
+            self._wake_at = math.inf
+            self._freed.set()
 
     async def wait_for(self, threshold: int) -> int:
         """Wait until at least ``threshold`` slots are free; return how many are."""
-        while self.size - self.running < threshold:
-            self._freed = anyio.Event()
-            await self._freed.wait()
+        await self._wait(threshold)
         return self.size - self.running
 
     async def wait_until_idle(self) -> None:
         """Wait until no delivery is running (callers bound it with a timeout)."""
-        while self.running:
-            self._freed = anyio.Event()
-            await self._freed.wait()
+        await self._wait(self.size)
+
+    async def _wait(self, free: int) -> None:
+        try:
+            while self.size - self.running < free:
+                self._freed, self._wake_at = anyio.Event(), free
+                await self._freed.wait()
+        finally:
+            self._wake_at = math.inf
 
 
 class WakePlan:

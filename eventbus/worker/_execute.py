@@ -56,7 +56,7 @@ class Executor:
     ) -> Completion | Failure:
         """Run the handler; with a ``connection`` (a transactional handler), as ``ctx.connection``."""
         try:
-            event = self.decode(sub, delivery)
+            event = decode_claimed(sub, delivery, self.bus.max_payload_bytes)
         except DecodeError as exc:
             return self.failure(sub, delivery, exc, started, dead=True)
         ctx = Context(delivery, sub.name, self.bus.outgoing, self.bus.workflows.prepare, connection)
@@ -101,9 +101,6 @@ class Executor:
         subscriptions of the bus's machines (its ``ctx.start`` runs fan out in the transaction,
         which on SQLite holds the only writer)."""
         await self.bus.workflows.ensure_registered(list(self.bus.workflows.machines))
-
-    def decode(self, sub: Subscription, delivery: ClaimedDelivery) -> Event:
-        return decode_claimed(sub, delivery, self.bus.max_payload_bytes)
 
     def failure(
         self,

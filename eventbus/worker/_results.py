@@ -71,7 +71,8 @@ class ResultWriter:
             self._completions.append(result)
         else:
             self._failures.append(result)
-        self._wanted.set()
+        if not self._wanted.is_set():  # set once per write, not once per result
+            self._wanted.set()
 
     async def run(self) -> None:
         """Write whatever has accumulated, whenever something has."""

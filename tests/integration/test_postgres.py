@@ -286,6 +286,79 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
     assert complete["Node Type"] == "ModifyTable"
 
 
+async def test_the_pending_backlog_is_indexed_once_and_its_readers_probe_the_index(pg_bus, pg_target) -> None:
+    """One index holds the whole pending backlog (the claim order); the next due time, the
+    oldest pending age and the rollup's queue sample read the first entries of it and of
+    the narrow index of rows with a priority wait, never the backlog, with mixed
+    priorities and rows not due."""
+    import json
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    ids = await pg_bus.register()
+    await pg_bus.publish_many(
+        [
+            Envelope(OrderPlaced(order_id=str(i)), priority=i % 10, delay=3600 if i % 7 == 0 else None)
+            for i in range(5000)
+        ]
+    )
+    q = pg_bus.backend.db.q
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        s = pg_target.schema
+        await conn.execute(f'ANALYZE "{s}".deliveries')
+        indexes = {
+            r[0]
+            for r in await conn.fetch(
+                "SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid = $1::regclass",
+                f'"{s}".deliveries',
+            )
+        }
+        cursor = await conn.fetchval(f'SELECT run_at FROM "{s}".deliveries ORDER BY id LIMIT 1 OFFSET 2500')
+        plans = [
+            json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", *args))[0]["Plan"]
+            for sql, args in (
+                (q["next_run_in"], (ids["h"], None)),
+                (q["next_run_in"], (ids["h"], cursor)),
+                (q["status_oldest_pending"], ()),
+            )
+        ]
+        tx = conn.transaction()  # the minute's queue sample (counted up to 10), not kept
+        await tx.start()
+        sample = await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {q['rollup_sample']}", 0.0, 10)
+        await tx.rollback()
+    finally:
+        await conn.close()
+    sample_plan = json.loads(sample)[0]["Plan"]
+    sample_reads = [n for n in _nodes(sample_plan) if n.get("Relation Name") == "deliveries"]
+    # the capped count reads 10 rows however it goes; the oldest due age one entry of each index
+    assert all(n["Actual Rows"] <= 10 for n in sample_reads)
+    assert {n.get("Index Name") for n in sample_reads} >= {
+        "deliveries_claim_order",
+        "deliveries_pending_prioritised",
+    }
+    assert {i.split(".")[-1] for i in indexes} == {
+        "deliveries_pkey",
+        "deliveries_event_subscription",
+        "deliveries_claim_order",
+        "deliveries_pending_prioritised",
+        "deliveries_lease_until",
+        "deliveries_dead",
+        "deliveries_dead_newest",
+        "deliveries_cancelled",
+        "deliveries_one_per_key",
+        "deliveries_key_order",
+    }
+    for plan in plans:
+        reads = [n for n in _nodes(plan) if n.get("Relation Name") == "deliveries" and n.get("Actual Loops")]
+        assert {n["Node Type"] for n in reads} <= {"Index Scan", "Index Only Scan"}
+        probed = {n["Index Name"] for n in reads}
+        assert probed == {"deliveries_claim_order", "deliveries_pending_prioritised"}
+        assert all(n["Actual Rows"] <= 1 for n in reads)  # the first entry, not the backlog
+
+
 async def test_event_committed_behind_the_claim_cursor_is_still_delivered(pg_bus, pg_target) -> None:
     """A publish transaction that commits late gets a run_at older than rows already
     claimed; claiming from a cursor must not leave it behind."""

@@ -50,29 +50,39 @@ _SWEEP_OVERLAP = datetime.timedelta(seconds=2)
 
 
 def _claimed(rows: Sequence[asyncpg.Record], subscription_id: int, token: str) -> list[ClaimedDelivery]:
-    """Claimed rows as deliveries, written out by hand: this runs for every delivery."""
-    return [
-        ClaimedDelivery(
-            id=r["id"],
-            event_id=r["event_id"],
-            subscription_id=subscription_id,
-            attempts=r["attempts"],
-            lease_token=token,
-            event_type=r["event_type"],
-            payload=r["payload"],
-            headers=decode_headers(r["headers"]),
-            key=r["key"],
-            correlation_id=r["correlation_id"],
-            ordering_key=r["ordering_key"],
-            created_at=r["created_at"],
-            position=(r["place"], r["run_at"], r["id"]),
-            run_at=r["run_at"],
-            causation_id=r["causation_id"],
-            event_version=r["version"],
-            priority=r["priority"],
+    """Claimed rows as deliveries, written out by hand: this runs for every delivery.
+
+    The rows are unpacked by position (a quarter of the time of a lookup by
+    name per column): the columns of claim, claim_after and claim_ordered, in
+    their order.
+    """
+    out = []
+    for (
+        id_, event_id, attempts, event_type, payload, headers, key, correlation_id, ordering_key,
+        created_at, run_at, causation_id, version, priority, place,
+    ) in rows:  # fmt: skip
+        out.append(
+            ClaimedDelivery(
+                id=id_,
+                event_id=event_id,
+                subscription_id=subscription_id,
+                attempts=attempts,
+                lease_token=token,
+                event_type=event_type,
+                payload=payload,
+                headers=decode_headers(headers),
+                key=key,
+                correlation_id=correlation_id,
+                ordering_key=ordering_key,
+                created_at=created_at,
+                position=(place, run_at, id_),
+                run_at=run_at,
+                causation_id=causation_id,
+                event_version=version,
+                priority=priority,
+            )
         )
-        for r in rows
-    ]
+    return out
 
 
 class PgDeliveries:
@@ -234,6 +244,13 @@ class PgDeliveries:
         """
         if not completions:
             return set()
+        token = completions[0].lease_token
+        if all(c.lease_token == token and not c.follow_ups and not c.starts for c in completions):
+            # One statement (a claim batch's results, nothing to insert): atomic on its own,
+            # without the two round trips of a transaction's BEGIN and COMMIT.
+            async with self.db.conn("complete") as conn:
+                rows = await conn.fetch(self.q["complete"], [c.delivery_id for c in completions], token)
+            return {(r[0], token) for r in rows}  # r[0]: the id
         async with self.db.tx("complete") as conn:
             return await self.complete_on(conn, completions)
 
@@ -245,7 +262,7 @@ class PgDeliveries:
         done: set[LeaseKey] = set()
         for token, ids in by_token.items():
             rows = await conn.fetch(self.q["complete"], ids, token)
-            done.update((DeliveryId(r["id"]), token) for r in rows)
+            done.update([(r[0], token) for r in rows])  # r[0]: the id
         follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
         if follow_ups:
             await self.db.publish_on(conn, follow_ups)

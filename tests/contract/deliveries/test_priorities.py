@@ -191,6 +191,32 @@ async def _noop(event: Trigger, ctx: Context) -> None:
 BAD_PRIORITIES: tuple[Any, ...] = (10, -1, "1", 1.0, True, None)
 
 
+async def test_the_next_due_time_and_the_lag_go_by_run_at_whatever_the_priority(
+    bus: Bus, target: Target
+) -> None:
+    """A delivery's place in the claim order (its run_at plus its priority's wait) is not
+    when it is due: the next due time, the subscription's lag and the status's oldest
+    pending age are all read by run_at, whatever the priorities of the rows."""
+    _record(bus)
+    ids = await bus.register()
+    await bus.publish(Job(name="due first, placed last"), priority=9, delay=10)
+    await bus.publish(Job(name="due last, placed first"), priority=0, delay=100)
+    wait = await bus.backend.deliveries.next_run_in(ids["jobs"])
+    assert wait is not None and 0 < wait <= 10
+    # Both past due: the priority 9 row by about 100 s, the priority 0 row by about 10 s.
+    await store_rows(
+        target,
+        "UPDATE deliveries SET run_at = run_at - 110",
+        "UPDATE {s}.deliveries SET run_at = run_at - interval '110 seconds'",
+    )
+    wait = await bus.backend.deliveries.next_run_in(ids["jobs"])
+    assert wait is not None and -101 < wait <= -99
+    (info,) = await bus.list_subscriptions()
+    assert info.lag_seconds is not None and 99 <= info.lag_seconds < 110
+    oldest = (await bus.backend.inspect.status()).oldest_pending_seconds
+    assert oldest is not None and 99 <= oldest < 110
+
+
 async def test_a_bad_priority_is_refused_before_anything_is_written(bus: Bus) -> None:
     _record(bus)
     bus.include(priority_machine)

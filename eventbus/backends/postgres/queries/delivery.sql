@@ -245,7 +245,7 @@ ORDER BY c.place, c.run_at, c.id;
 -- As claim, starting after the last row this worker claimed ($7, $8, $9: its
 -- place, run_at and id). While a
 -- long transaction holds back the xmin horizon, entries of rows that are no
--- longer pending stay in deliveries_pending; a claim from the start would walk
+-- longer pending stay in deliveries_claim_order; a claim from the start would walk
 -- all of them every time. The worker falls back to claim when this comes up
 -- short, so a row that became pending behind the cursor is still found.
 WITH claimed AS (
@@ -450,33 +450,49 @@ SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM noti
        (SELECT count(*) FROM expired) AS expired,
        least(now(), (SELECT at FROM skipped)) AS swept_at;
 
+-- name: _claimable
+-- A pending row c of subscription $1 that a claim may take when due: unkeyed,
+-- or the head of its key with nothing of the key processing (as in
+-- claim_ordered).
+(c.ordering_key IS NULL OR (
+    NOT EXISTS (
+        SELECT 1 FROM {schema}.deliveries p
+        WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
+          AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
+    AND NOT EXISTS (
+        SELECT 1 FROM {schema}.deliveries p
+        WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
+          AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
+
 -- name: next_run_in
--- When the subscription's next claimable delivery is due: the earliest pending
--- row that is unkeyed or the head of a key with nothing processing (as in
--- claim_ordered). No row when every key is busy: the worker then waits for a
--- completion or a wake-up instead of claiming again at once. None for a paused
--- or removed subscription: nothing of it will be claimable. $2, when given, is
--- the run_at of the worker's claim cursor: the walk starts there, past the
+-- When the subscription's next claimable delivery is due: the earliest run_at
+-- of its claimable pending rows. No row when every key is busy: the worker
+-- then waits for a completion or a wake-up instead of claiming again at once.
+-- None for a paused or removed subscription: nothing of it will be claimable.
+-- A wait is never below 0, so a row's place is never before its run_at, and
+-- equal to it for a wait of 0: the earliest run_at is the lesser of the first
+-- place of a claimable row (deliveries_claim_order) and the earliest run_at of
+-- a claimable row with a wait (deliveries_pending_prioritised). Each is the
+-- first entry of an index walk; neither reads the backlog. $2, when given, is
+-- the run_at of the worker's claim cursor: both walks start there, past the
 -- entries of rows already taken (see claim_after), and what is behind it is
--- left to the worker's next claim from the start. The cursor runs in place
--- order (priorities), this walk in run_at order: a row it skips has a run_at
--- before the cursor's, so it is due already and a claim finds it.
-SELECT extract(epoch FROM c.run_at - now())::float8
-FROM {schema}.deliveries c
-WHERE c.subscription_id = $1 AND c.status = 'pending'
-  AND c.run_at >= coalesce($2::timestamptz, '-infinity')
-  AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
-  AND (c.ordering_key IS NULL OR (
-        NOT EXISTS (
-            SELECT 1 FROM {schema}.deliveries p
-            WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-              AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
-        AND NOT EXISTS (
-            SELECT 1 FROM {schema}.deliveries p
-            WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-              AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
-ORDER BY c.run_at
-LIMIT 1;
+-- left to the worker's next claim from the start. A row either walk skips has
+-- a run_at (at most its place) before the cursor's, so it is due already and
+-- a claim finds it.
+SELECT extract(epoch FROM least(
+    (SELECT {schema}.claim_place(c.run_at, c.priority_wait) FROM {schema}.deliveries c
+     WHERE c.subscription_id = $1 AND c.status = 'pending'
+       AND {schema}.claim_place(c.run_at, c.priority_wait) >= coalesce($2::timestamptz, '-infinity')
+       AND {_claimable}
+     ORDER BY {schema}.claim_place(c.run_at, c.priority_wait), c.run_at, c.id
+     LIMIT 1),
+    (SELECT c.run_at FROM {schema}.deliveries c
+     WHERE c.subscription_id = $1 AND c.status = 'pending' AND c.priority_wait > 0
+       AND c.run_at >= coalesce($2::timestamptz, '-infinity')
+       AND {_claimable}
+     ORDER BY c.run_at
+     LIMIT 1)) - now())::float8
+WHERE EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active');
 
 -- name: worker_beat
 INSERT INTO {schema}.workers (id, hostname, pid, listener_ok, listener_reconnects)

@@ -26,9 +26,27 @@ ORDER BY 1, 2, 3;
 -- The events counted no further than $1.
 SELECT count(*) FROM (SELECT 1 FROM {schema}.events LIMIT $1) capped;
 
+-- name: _oldest_due
+-- The earliest run_at of subscription s's due pending rows: the lesser of the
+-- first place of a due row in deliveries_claim_order (a row's place is its
+-- run_at when it waits 0, later otherwise) and the earliest due row with a
+-- wait (deliveries_pending_prioritised); see next_run_in. The "due" test is on
+-- the index entries' run_at.
+least(
+    (SELECT {schema}.claim_place(d.run_at, d.priority_wait) FROM {schema}.deliveries d
+     WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.run_at <= now()
+     ORDER BY {schema}.claim_place(d.run_at, d.priority_wait), d.run_at, d.id
+     LIMIT 1),
+    (SELECT d.run_at FROM {schema}.deliveries d
+     WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.priority_wait > 0
+       AND d.run_at <= now()
+     ORDER BY d.run_at
+     LIMIT 1))
+
 -- name: status_oldest_pending
-SELECT extract(epoch FROM now() - min(run_at))::float8
-FROM {schema}.deliveries WHERE status = 'pending' AND run_at <= now();
+-- Per subscription (two index probes each), then the oldest of them.
+SELECT extract(epoch FROM now() - min({_oldest_due}))::float8
+FROM {schema}.subscriptions s;
 
 -- name: status_events
 SELECT count(*) FROM {schema}.events;
@@ -40,8 +58,8 @@ FROM {schema}.workers ORDER BY started_at;
 
 -- name: subscriptions
 -- Every subscription with its backlog, each count served by a partial index
--- (deliveries_pending, deliveries_lease_until: set exactly while processing,
--- deliveries_dead), so a long completed history is never read.
+-- (deliveries_claim_order, deliveries_lease_until: set exactly while
+-- processing, deliveries_dead), so a long completed history is never read.
 SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
        extract(epoch FROM now() - s.worker_seen_at)::float8 AS silent_seconds,
        (SELECT count(*) FROM {schema}.deliveries d
@@ -51,9 +69,7 @@ SELECT s.name, s.event_type, s.state, s.ordered, s.created_at, s.worker_seen_at,
           AND d.status = 'processing') AS processing,
        (SELECT count(*) FROM {schema}.deliveries d
         WHERE d.subscription_id = s.id AND d.status = 'dead') AS dead,
-       (SELECT extract(epoch FROM now() - min(d.run_at))::float8 FROM {schema}.deliveries d
-        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.run_at <= now())
-           AS lag_seconds
+       extract(epoch FROM now() - {_oldest_due})::float8 AS lag_seconds
 FROM {schema}.subscriptions s
 ORDER BY s.name;
 
@@ -150,8 +166,8 @@ ORDER BY 1, 2;
 
 -- name: health_subscriptions
 -- Per subscription, from the partial indexes only: pending rows
--- (deliveries_pending), rows under a lease (deliveries_lease_until), dead rows
--- (deliveries_dead).
+-- (deliveries_claim_order, which holds run_at), rows under a lease
+-- (deliveries_lease_until), dead rows (deliveries_dead).
 SELECT s.id, s.name, s.event_type, s.last_seen_at,
        p.backlog, p.scheduled, p.lag_seconds,
        coalesce(l.in_flight, 0) AS in_flight, coalesce(l.stuck, 0) AS stuck,
@@ -378,7 +394,7 @@ LIMIT $16;
 
 -- name: find_deliveries_retrying
 -- As find_deliveries for the condition 'retrying' ($2), the conditions written out, so the
--- rows are found among the pending ones (deliveries_pending) instead of a
+-- rows are found among the pending ones (deliveries_claim_order) instead of a
 -- walk of the whole history.
 SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
        e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,

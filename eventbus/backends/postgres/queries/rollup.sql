@@ -21,16 +21,16 @@ LIMIT 1;
 -- name: rollup_sample
 -- The queue sample of the minute $1: each active or paused subscription's
 -- pending deliveries, counted no further than $2 (a bounded read of
--- deliveries_pending), and the age of its oldest due one (one probe of the
--- same index). A second worker's sample of the minute is refused by
+-- deliveries_claim_order), and the age of its oldest due one (the first entry
+-- of that index and of deliveries_pending_prioritised: _oldest_due, in
+-- inspect.sql). A second worker's sample of the minute is refused by
 -- throughput_rollup_sample and stores nothing.
 INSERT INTO {schema}.throughput_rollup (minute, subscription_id, pending, lag_seconds)
 SELECT to_timestamp($1), s.id,
        (SELECT count(*) FROM (SELECT 1 FROM {schema}.deliveries d
                               WHERE d.subscription_id = s.id AND d.status = 'pending'
                               LIMIT $2) b),
-       (SELECT extract(epoch FROM now() - min(d.run_at))::float8 FROM {schema}.deliveries d
-        WHERE d.subscription_id = s.id AND d.status = 'pending' AND d.run_at <= now())
+       extract(epoch FROM now() - {_oldest_due})::float8
 FROM {schema}.subscriptions s
 WHERE s.state <> 'removed'
 ON CONFLICT (minute, subscription_id) WHERE pending IS NOT NULL DO NOTHING;

@@ -1,0 +1,7 @@
+-- PostgreSQL drops deliveries_pending in the migration of this name: its
+-- readers there use deliveries_claim_order and a narrow index of the rows
+-- with a priority wait, so a delivery of priority 0 enters one index of the
+-- backlog instead of two. SQLite keeps both indexes, and this file changes
+-- nothing: its claim probe, read on every claim before the write lock is
+-- taken, asks for the first due row in run_at order, which deliveries_pending
+-- answers with its first entry, and its queries name the indexes they read.
