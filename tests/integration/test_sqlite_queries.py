@@ -56,7 +56,7 @@ async def test_every_sqlite_query_prepares(tmp_path: Path) -> None:
 
 
 async def test_the_sqlite_dead_letter_walk_reads_the_dead_index(tmp_path: Path) -> None:
-    """A thousand dead among ten million deliveries: the walk reads deliveries_dead, not the table."""
+    """A thousand dead among ten million deliveries: the walk reads the dead letters' index, not the table."""
     path = tmp_path / "bus.db"
     backend = SQLiteBackend(f"sqlite:///{path}", migrate=True)
     await backend.schema.migrate()
@@ -71,6 +71,7 @@ async def test_the_sqlite_dead_letter_walk_reads_the_dead_index(tmp_path: Path) 
             [
                 ("deliveries", None, "10000000"),
                 ("deliveries", "deliveries_dead", "1000 100 1"),
+                ("deliveries", "deliveries_dead_newest", "1000 1"),
                 ("events", None, "5000000"),
                 ("subscriptions", None, "10"),
             ],
@@ -80,7 +81,7 @@ async def test_the_sqlite_dead_letter_walk_reads_the_dead_index(tmp_path: Path) 
         def plan(name: str) -> list[str]:
             return [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {q[name]}", _Nulls())]
 
-        assert plan("delivery_ids_dead")[0] == "SCAN d USING INDEX deliveries_dead"
+        assert plan("delivery_ids_dead")[0] == "SEARCH d USING INDEX deliveries_dead_newest (id>?)"
         assert plan("delivery_ids")[0] == "SEARCH d USING INTEGER PRIMARY KEY (rowid>?)"
     finally:
         conn.close()

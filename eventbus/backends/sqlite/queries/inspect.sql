@@ -296,11 +296,12 @@ ORDER BY d.id
 LIMIT :limit;
 
 -- name: delivery_ids_dead
--- As delivery_ids for dead letters, the status spelled literally: the planner
--- may then read deliveries_dead (a few dead rows among millions) instead of
--- the primary key range (many of them).
+-- As delivery_ids for dead letters, the status spelled literally and the
+-- index named: the walk reads deliveries_dead_newest (the dead rows alone, in
+-- id order, from the cursor on) instead of the primary key range (many rows)
+-- or a join order that starts from the subscriptions.
 SELECT d.id
-FROM deliveries d
+FROM deliveries d INDEXED BY deliveries_dead_newest
 JOIN subscriptions s ON s.id = d.subscription_id
 JOIN events e ON e.id = d.event_id
 WHERE d.status = 'dead'
