@@ -41,6 +41,8 @@ PLANS = {
     "by actor": ("audit_page_actor", (TOP, 51, "op-7")),
     "by action and actor": ("audit_page_actor_action", (TOP, 51, "purge", "op-7")),
     "a rare actor": ("audit_page_actor", (TOP, 51, "op-rare")),
+    "an actor with no rows": ("audit_page_actor", (TOP, 51, "op-none")),
+    "an action and an actor with no rows": ("audit_page_actor_action", (TOP, 51, "purge", "op-none")),
 }
 """The named queries the reads run, with their parameters, to EXPLAIN."""
 
@@ -78,6 +80,10 @@ async def run(dsn: str, n: int) -> dict[str, Any]:
             "by action and actor": lambda: bus.audit.entries(limit=51, action="purge", actor="op-7"),
             "deep page by action": lambda: bus.audit.entries(limit=51, action="purge", before=mid),
             "a rare actor": lambda: bus.audit.entries(limit=51, actor="op-rare"),
+            "an actor with no rows": lambda: bus.audit.entries(limit=51, actor="op-none"),
+            "an action and an actor with no rows": lambda: bus.audit.entries(
+                limit=51, action="purge", actor="op-none"
+            ),
         }
         timings = {k: await _median_ms(r) for k, r in reads.items()}
         cutoff = Retention(audit_retention=timedelta(seconds=n * 0.9), batch_size=1000, max_batches=1000)

@@ -117,27 +117,33 @@ LIMIT $2;
 
 -- name: audit_page_action
 -- One action's rows ($3) newest first below the cursor $1, $2 rows: a
--- backward range read of audit_log_action.
+-- backward range read of audit_log_action. The filter is written `= ANY` of a
+-- one-element array, which matches the same rows as `=` but leaves the action
+-- in the ORDER BY: with a plain `=` the planner drops that sort key as
+-- constant, and when it guesses many matching rows it walks the primary key
+-- backwards and filters instead, reading the whole table when none match.
 SELECT id, at, actor, origin, action, target, filter, count, interface
 FROM {schema}.audit_log
-WHERE action = $3 AND id < $1
+WHERE action = ANY (ARRAY[$3::text]) AND id < $1
 ORDER BY action DESC, id DESC
 LIMIT $2;
 
 -- name: audit_page_actor_action
 -- One actor's ($4) rows of one action ($3) newest first below the cursor $1,
--- $2 rows: a backward range read of audit_log_actor_action.
+-- $2 rows: a backward range read of audit_log_actor_action (`= ANY` keeps the
+-- leading sort key, see audit_page_action).
 SELECT id, at, actor, origin, action, target, filter, count, interface
 FROM {schema}.audit_log
-WHERE actor = $4 AND action = $3 AND id < $1
+WHERE actor = ANY (ARRAY[$4::text]) AND action = $3 AND id < $1
 ORDER BY actor DESC, action DESC, id DESC
 LIMIT $2;
 
 -- name: audit_page_actor
 -- One actor's rows ($3) newest first below the cursor $1, $2 rows: a
--- backward range read of audit_log_actor.
+-- backward range read of audit_log_actor (`= ANY` keeps the leading sort key,
+-- see audit_page_action).
 SELECT id, at, actor, origin, action, target, filter, count, interface
 FROM {schema}.audit_log
-WHERE actor = $3 AND id < $1
+WHERE actor = ANY (ARRAY[$3::text]) AND id < $1
 ORDER BY actor DESC, id DESC
 LIMIT $2;
