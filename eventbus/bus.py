@@ -52,6 +52,7 @@ from .types import (
     PublishResult,
     StatusReport,
     SubscriptionInfo,
+    WorkerRow,
 )
 from .workflows import Machine, Workflows
 from .workflows._commits import CommitQueue
@@ -495,6 +496,10 @@ class Bus(Router):
     async def list_subscriptions(self) -> list[SubscriptionInfo]:
         """Every subscription the database knows (this bus's or not): state, last worker report, backlog."""
         return await self.backend.inspect.subscriptions()
+
+    async def workers(self) -> list[WorkerRow]:
+        """The workers that reported in, as :meth:`status` lists them, without the counts it reads."""
+        return await self.backend.inspect.workers()
 
     async def subscription_names(self) -> list[str]:
         """The names of every subscription the database knows, in order (no backlog is counted)."""

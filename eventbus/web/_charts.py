@@ -254,7 +254,7 @@ def routes(p: Pages) -> list[Route]:
         window = f.text_field(q, "window") or "1h"
         subscription = f.text_field(q, "subscription")
         data = await p.bus.throughput(subscription, window=window)
-        names = sorted({s.name for s in await p.bus.list_subscriptions()})
+        names = await p.bus.subscription_names()
         return p.render(request, "charts.html", **page_values(p, data, window, subscription, names))
 
     return [Route("/charts", charts)]

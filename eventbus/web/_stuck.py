@@ -96,7 +96,7 @@ async def workers_by_id(p: Pages, rows: Iterable[DeliveryRow | DeliveryDetail]) 
     """The workers table by id, read only when a row is processing."""
     if not any(r.status == "processing" for r in rows):
         return {}
-    return {w.id: w for w in (await p.bus.status()).workers}
+    return {w.id: w for w in await p.bus.workers()}
 
 
 async def timings(p: Pages, rows: list[DeliveryRow]) -> dict[int, Timing]:

@@ -59,7 +59,7 @@ BUS_METHODS = [
     "migrate", "outgoing", "pause_subscription", "prune", "publish", "publish_many", "publish_raw", "purge",
     "register", "release_stuck", "remove_subscription", "replay", "resume_subscription", "retry_now",
     "schedule", "specs", "status",
-    "subscribe", "subscription_names", "trace", "validate_payload",
+    "subscribe", "subscription_names", "trace", "validate_payload", "workers",
 ]  # fmt: skip
 """Bus's own public methods; state machines and schedules are the bundles bus.workflows, bus.schedules."""
 

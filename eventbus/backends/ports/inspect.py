@@ -14,6 +14,7 @@ from ...types import (
     StatusDetails,
     StatusReport,
     SubscriptionInfo,
+    WorkerRow,
 )
 from .rollup import RollupBucket
 
@@ -40,6 +41,10 @@ class Inspector(Protocol):
 
     async def subscription_names(self) -> list[str]:
         """Every recorded subscription's name, in order, and nothing else (no count is read)."""
+        ...
+
+    async def workers(self) -> list[WorkerRow]:
+        """The workers table as :meth:`status` reports it, and nothing else (no count is read)."""
         ...
 
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:

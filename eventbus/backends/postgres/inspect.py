@@ -131,6 +131,10 @@ class PgInspector:
         async with self._read("list subscription names") as conn:
             return [r[0] for r in await conn.fetch(self.q["subscription_names"])]
 
+    async def workers(self) -> list[WorkerRow]:
+        async with self._read("list workers") as conn:
+            return rows_as(WorkerRow, await conn.fetch(self.q["status_workers"]))
+
     async def show(self, delivery_id: int) -> DeliveryDetail:
         """One delivery with its event and failure history; :class:`NotFound` if absent."""
         async with self._read("show") as conn:

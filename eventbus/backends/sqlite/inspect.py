@@ -69,6 +69,10 @@ class SQLiteInspector:
     async def subscription_names(self) -> list[str]:
         return [r[0] for r in await self._db.fetch("subscription_names")]
 
+    async def workers(self) -> list[WorkerRow]:
+        q = self._db.q
+        return await self._db.read(lambda c: rows_as(WorkerRow, c.execute(q["status_workers"])))
+
     async def chain(self, event_id: int, limit: int = 1000) -> list[ChainEvent]:
         q = self._db.q
         return await self._db.read(lambda c: _chain(c, q, event_id, limit))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from eventbus import ConfigurationError, Context, NotFound, RetryPolicy
@@ -146,6 +148,20 @@ async def test_subscription_names_are_the_recorded_subscriptions_in_order(bus) -
     names = await bus.subscription_names()
     assert names == ["audit", "charge", "notify", "ship"]
     assert names == [s.name for s in await bus.list_subscriptions()]
+
+
+@pytest.mark.pooler
+async def test_workers_are_the_status_workers_without_its_counts(bus) -> None:
+    """The dashboard's lease column: who holds a delivery, read without the status's counts."""
+    assert await bus.workers() == []
+    await _chain(bus, n=2)
+    ids = [str(uuid.uuid4()), str(uuid.uuid4())]
+    for worker_id in ids:
+        await bus.backend.deliveries.worker_beat(worker_id)
+    workers = await bus.workers()
+    assert sorted(w.id for w in workers) == sorted(ids)
+    listed = {w.id: (w.hostname, w.pid) for w in (await bus.status()).workers}
+    assert {w.id: (w.hostname, w.pid) for w in workers} == listed
 
 
 @pytest.mark.pooler
