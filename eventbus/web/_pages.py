@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -83,20 +84,26 @@ def machine_routes(p: Pages) -> list[Route]:
     async def machines(request: Request) -> Response:
         rows = []
         for name in sorted(p.bus.workflows.machines):
-            counts = await p.bus.workflows.counts(name)
-            rows.append((name, Counter({s: n for (_, s), n in counts.items()}), sum(counts.values())))
+            counts = await p.bus.workflows.counts(name, cap=p.count_cap)
+            by_status: dict[str, list[int]] = {}
+            for (_, s), n in counts.items():
+                by_status.setdefault(s, []).append(n)
+            shown = {s: _summed(ns, p.count_cap) for s, ns in by_status.items()}
+            rows.append((name, shown, _summed(counts.values(), p.count_cap)))
         return p.render(request, "machines.html", machines=rows)
 
     async def machine(request: Request) -> Response:
         m = p.bus.workflows.machine(request.path_params["name"])
         q = request.query_params
         status, state = f.text_field(q, "status"), f.text_field(q, "state")
-        counts = await p.bus.workflows.counts(m)
+        cap = p.count_cap
+        counts = await p.bus.workflows.counts(m, cap=cap)
         found = await p.bus.workflows.instances(m, status=status, state=state, limit=p.page_size)
         return p.render(
-            request, "machine.html", machine=m, counts=sorted(counts.items()), instances=found,
-            diagram=diagram(m, counts=counts), status=status, state=state,
-            drawing=Markup(draw(m, counts, current=state, link=_links(request, m))),
+            request, "machine.html", machine=m, instances=found, status=status, state=state,
+            counts=[(group, capped(n, cap)) for group, n in sorted(counts.items())],
+            diagram=diagram(m, counts=counts, cap=cap),
+            drawing=Markup(draw(m, counts, current=state, link=_links(request, m), cap=cap)),
         )  # fmt: skip
 
     async def instance(request: Request) -> Response:
@@ -105,7 +112,8 @@ def machine_routes(p: Pages) -> list[Route]:
         inst = await p.bus.workflows.instance(m, key)
         history = await p.bus.workflows.history(m, key)
         run = visits(history, inst.run_id)
-        drawing = draw(m, await p.bus.workflows.counts(m), current=inst.state, link=_links(request, m))
+        counts = await p.bus.workflows.counts(m, cap=p.count_cap)
+        drawing = draw(m, counts, current=inst.state, link=_links(request, m), cap=p.count_cap)
         return p.render(
             request, "instance.html", machine=m, inst=inst,
             checkpoint=pretty_json(msgspec.json.encode(inst.checkpoint)),
@@ -119,6 +127,13 @@ def machine_routes(p: Pages) -> list[Route]:
         Route("/machines/{name}", machine),
         Route("/machines/{name}/instances/{key:path}", instance),
     ]
+
+
+def _summed(counts: Iterable[int], cap: int) -> str:
+    """The sum of counts read capped at ``cap``: ``12,345``, or ``20,000+`` when one was past it."""
+    ns = list(counts)
+    total = f"{sum(min(n, cap) for n in ns):,}"
+    return total + "+" if any(n > cap for n in ns) else total
 
 
 def _present(inst: Instance[Any], run: list[Visit]) -> tuple[str, float] | None:

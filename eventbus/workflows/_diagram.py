@@ -3,7 +3,8 @@
 The diagram is the table: yield points, visit caps, ages, approval and
 signal edges, the built-in terminals a cap or an approval can reach, and
 child edges to the machines a state starts (drawn as nodes of their own).
-With live counts, each state shows how many instances are in it, by status.
+With live counts, each state shows how many instances are in it, by status;
+counts read with a cap show past it as ``N+`` (see :func:`shown`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from ._machine import MAX_RETRIES, Machine, State, seconds
 __all__ = ["diagram"]
 
 Counts = dict[tuple[str, str], int]
+
+
+def shown(n: int, cap: int | None) -> str:
+    """A count as drawn: ``n``, or ``cap+`` when a capped read found more than ``cap``."""
+    return f"{cap}+" if cap is not None and n > cap else str(n)
 
 
 def _duration(value: float) -> str:
@@ -44,10 +50,10 @@ def _notes(state: State) -> list[str]:
     return notes
 
 
-def _live(name: str, counts: Counts | None) -> str:
+def _live(name: str, counts: Counts | None, cap: int | None) -> str:
     if not counts:
         return ""
-    parts = [f"{n} {status}" for (state, status), n in sorted(counts.items()) if state == name]
+    parts = [f"{shown(n, cap)} {status}" for (state, status), n in sorted(counts.items()) if state == name]
     return f"[{', '.join(parts)}]" if parts else ""
 
 
@@ -75,30 +81,36 @@ def _terminals(m: Machine[Any], edges: list[tuple[str, str, str]]) -> list[str]:
     return [t for t in m.terminals if t in used]
 
 
-def diagram(m: Machine[Any], fmt: str = "mermaid", counts: Counts | None = None) -> str:
-    """Render ``m``'s table as ``mermaid``, ``dot`` or ``svg``; ``counts`` adds instances per state."""
+def diagram(
+    m: Machine[Any], fmt: str = "mermaid", counts: Counts | None = None, *, cap: int | None = None
+) -> str:
+    """Render ``m``'s table as ``mermaid``, ``dot`` or ``svg``; ``counts`` adds instances per state.
+
+    ``cap``: the counts were read capped there (``counts(m, cap=...)``); a
+    count past it shows as ``cap+``.
+    """
     if fmt == "svg":
         from ._drawing import draw  # the drawing reads this module's table helpers
 
-        return draw(m, counts) + "\n"
+        return draw(m, counts, cap=cap) + "\n"
     if fmt == "mermaid":
-        return _mermaid(m, counts)
+        return _mermaid(m, counts, cap)
     if fmt == "dot":
-        return _dot(m, counts)
+        return _dot(m, counts, cap)
     raise ConfigurationError(f"unknown diagram format {fmt!r}: use mermaid, dot or svg")
 
 
-def _mermaid(m: Machine[Any], counts: Counts | None) -> str:
+def _mermaid(m: Machine[Any], counts: Counts | None, cap: int | None = None) -> str:
     edges = _edges(m)
     lines = ["stateDiagram-v2", f"    [*] --> {m.initial.name}"]
     for state in m.states.values():
-        for note in [*_notes(state), _live(state.name, counts)]:
+        for note in [*_notes(state), _live(state.name, counts, cap)]:
             if note:
                 lines.append(f"    {state.name} : {note}")
     for source, target, label in edges:
         lines.append(f"    {source} --> {target} : {label}")
     for terminal in _terminals(m, edges):
-        live = _live(terminal, counts)
+        live = _live(terminal, counts, cap)
         if live:
             lines.append(f"    {terminal} : {live}")
         lines.append(f"    {terminal} --> [*]")
@@ -110,15 +122,15 @@ def _mermaid(m: Machine[Any], counts: Counts | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _dot(m: Machine[Any], counts: Counts | None) -> str:
+def _dot(m: Machine[Any], counts: Counts | None, cap: int | None = None) -> str:
     edges = _edges(m)
     lines = [f'digraph "{m.name}" {{', "    rankdir=LR;", "    start [shape=point];"]
     for state in m.states.values():
-        label = "\\n".join([state.name, *_notes(state), _live(state.name, counts)]).rstrip("\\n")
+        label = "\\n".join([state.name, *_notes(state), _live(state.name, counts, cap)]).rstrip("\\n")
         shape = "box, style=dashed" if not state.continue_run else "box"
         lines.append(f'    {state.name} [shape={shape}, label="{label}"];')
     for terminal in _terminals(m, edges):
-        label = "\\n".join([terminal, _live(terminal, counts)]).rstrip("\\n")
+        label = "\\n".join([terminal, _live(terminal, counts, cap)]).rstrip("\\n")
         lines.append(f'    {terminal} [shape=doublecircle, label="{label}"];')
     lines.append(f"    start -> {m.initial.name};")
     for source, target, label in edges:

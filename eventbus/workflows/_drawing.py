@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from ._diagram import Counts, _child_edges, _edges, _notes, _terminals
+from ._diagram import Counts, _child_edges, _edges, _notes, _terminals, shown
 from ._machine import Machine
 
 __all__ = ["Box", "Drawing", "Edge", "draw", "element", "layout", "text"]
@@ -59,8 +59,14 @@ class Box:
     w: float = 0.0
     h: float = 0.0
     count: int = 0
+    more: bool = False  # a capped count of the box was past its cap: ``count`` is a lower bound
     detail: str = ""
     status: str = ""  # a terminal's run status
+
+    @property
+    def badge(self) -> str:
+        """The run count as drawn: ``12``, or ``10000+`` for a lower bound."""
+        return f"{self.count}+" if self.more else str(self.count)
 
     @property
     def cx(self) -> float:
@@ -100,7 +106,7 @@ def _text_w(text: str) -> float:
     return len(text) * CHAR_PX
 
 
-def _nodes(m: Machine[Any], counts: Counts) -> tuple[dict[str, Box], list[Edge]]:
+def _nodes(m: Machine[Any], counts: Counts, cap: int | None) -> tuple[dict[str, Box], list[Edge]]:
     table = _edges(m)
     boxes = {"start": Box("start", "start", "", [], w=14.0, h=14.0)}
     for state in m.states.values():
@@ -122,15 +128,17 @@ def _nodes(m: Machine[Any], counts: Counts) -> tuple[dict[str, Box], list[Edge]]
     for (name, status), n in counts.items():
         box = boxes.get("s:" + name)
         if box is not None and n:
-            box.count += n
-            box.detail = ", ".join(filter(None, [box.detail, f"{n} {status}"]))
+            past = cap is not None and n > cap
+            box.count += min(n, cap) if past and cap is not None else n
+            box.more = box.more or past
+            box.detail = ", ".join(filter(None, [box.detail, f"{shown(n, cap)} {status}"]))
     return boxes, edges
 
 
 def _size(box: Box) -> None:
     if box.kind == "start":
         return
-    badge = BADGE_PX + _text_w(str(box.count)) if box.count else 0.0
+    badge = BADGE_PX + _text_w(box.badge) if box.count else 0.0
     width = max([_text_w(box.name) + badge, *map(_text_w, box.lines)])
     box.w = max(64.0, width + 2 * PAD_X)
     box.h = (1 + len(box.lines)) * LINE_PX + 2 * PAD_Y
@@ -352,9 +360,12 @@ def _view(d: Drawing) -> tuple[float, float, float, float]:
     return min(xs) - pad, min(ys) - pad, max(xs) - min(xs) + 2 * pad, max(ys) - min(ys) + 2 * pad
 
 
-def layout(m: Machine[Any], counts: Counts | None = None) -> Drawing:
-    """Boxes, edges and paths of ``m``'s table; ``counts`` (state, status) -> runs go on the boxes."""
-    boxes, edges = _nodes(m, counts or {})
+def layout(m: Machine[Any], counts: Counts | None = None, cap: int | None = None) -> Drawing:
+    """Boxes, edges and paths of ``m``'s table; ``counts`` (state, status) -> runs go on the boxes.
+
+    ``cap``: the counts were read capped there; a box with a count past it shows ``N+``.
+    """
+    boxes, edges = _nodes(m, counts or {}, cap)
     for box in boxes.values():
         _size(box)
     layers = _layers(boxes, edges)
@@ -393,10 +404,18 @@ ARROW = (
 
 
 def draw(
-    m: Machine[Any], counts: Counts | None = None, current: str | None = None, link: Link | None = None
+    m: Machine[Any],
+    counts: Counts | None = None,
+    current: str | None = None,
+    link: Link | None = None,
+    *,
+    cap: int | None = None,
 ) -> str:
-    """``m``'s table as one ``<svg>`` element; ``current`` names the state (or terminal) to highlight."""
-    d = layout(m, counts)
+    """``m``'s table as one ``<svg>`` element; ``current`` names the state (or terminal) to highlight.
+
+    ``cap``: the counts were read capped there; a count past it shows as ``cap+``.
+    """
+    d = layout(m, counts, cap)
     vx, vy, vw, vh = d.view
     out = [element("title", escape(f"{m.name}: states and transitions")), ARROW]
     for e in d.edges:
@@ -456,10 +475,10 @@ def _box(box: Box, current: bool, link: Link | None) -> str:
         y += LINE_PX
         parts.append(text(line, class_="md-note", x=box.x + PAD_X, y=y, fill="#67707a", font_size="11"))
     if box.count:
-        w = BADGE_PX + _text_w(str(box.count)) - 8
+        w = BADGE_PX + _text_w(box.badge) - 8
         bx = box.x + box.w - PAD_X + 4 - w
         badge = element("rect", x=bx, y=box.y + 5, width=w, height="18", rx="9", fill="#2457c5")
-        badge += text(str(box.count), x=bx + w / 2, y=box.y + 18, text_anchor="middle", fill="#fff",
+        badge += text(box.badge, x=bx + w / 2, y=box.y + 18, text_anchor="middle", fill="#fff",
                       font_size="11", font_weight="700")  # fmt: skip
         parts.append(element("g", badge, class_="md-count"))
     return element("g", "".join(parts), class_=cls)
@@ -467,5 +486,5 @@ def _box(box: Box, current: bool, link: Link | None) -> str:
 
 def _box_title(box: Box) -> str:
     kind = {"state": "state", "terminal": f"terminal ({box.status})", "child": "child machine"}[box.kind]
-    runs = f": {box.count} run(s) here ({box.detail})" if box.count else ""
+    runs = f": {box.badge} run(s) here ({box.detail})" if box.count else ""
     return f"{kind} {box.name}{runs}"

@@ -307,9 +307,17 @@ class Workflows:
         """Every approval request of the instance, oldest first."""
         return await self.store.approvals(self.machine(machine).name, key)
 
-    async def counts(self, machine: MachineRef) -> dict[tuple[str, str], int]:
-        """How many instances are in each (state, status)."""
-        return await self.store.counts(self.machine(machine).name)
+    async def counts(self, machine: MachineRef, *, cap: int | None = None) -> dict[tuple[str, str], int]:
+        """How many instances are in each (state, status).
+
+        With ``cap``, a count stops at ``cap + 1`` (read: more than ``cap``), so
+        the read stays bounded on a machine with very many instances.
+
+        :raises ConfigurationError: ``cap`` is below 1.
+        """
+        if cap is not None and cap < 1:
+            raise ConfigurationError(f"cap must be at least 1, got {cap}")
+        return await self.store.counts(self.machine(machine).name, cap)
 
     # -- the world talks back -------------------------------------------------------
 

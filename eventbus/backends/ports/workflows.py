@@ -280,8 +280,13 @@ class WorkflowStore(Protocol):
         """Instances of a machine, by key, optionally filtered by status and state."""
         ...
 
-    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
-        """Instances per (state, status)."""
+    async def counts(self, machine: str, cap: int | None = None) -> dict[tuple[str, str], int]:
+        """Instances per (state, status); with ``cap``, each count stops at ``cap + 1`` (more than ``cap``).
+
+        Capped, the groups are found by skipping through the (machine, status,
+        state) index and each is counted up to ``cap + 1`` rows, so the read is
+        bounded however many instances there are.
+        """
         ...
 
     async def history(self, machine: str, key: str) -> builtins.list[WorkflowHistoryRow]:

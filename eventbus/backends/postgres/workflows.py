@@ -339,10 +339,13 @@ class PgWorkflows:
             rows = await conn.fetch(self.q["wf_list"], machine, status, state, limit)
         return [instance_of(r) for r in rows]
 
-    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
-        """Instances per (state, status)."""
+    async def counts(self, machine: str, cap: int | None = None) -> dict[tuple[str, str], int]:
+        """Instances per (state, status); with ``cap``, each count stops at ``cap + 1``."""
         async with self.db.conn() as conn:
-            rows = await conn.fetch(self.q["wf_counts"], machine)
+            if cap is None:
+                rows = await conn.fetch(self.q["wf_counts"], machine)
+            else:
+                rows = await conn.fetch(self.q["wf_counts_capped"], machine, cap + 1)
         return {(r["state"], r["status"]): int(r["n"]) for r in rows}
 
     async def history(self, machine: str, key: str) -> builtins.list[WorkflowHistoryRow]:

@@ -92,8 +92,11 @@ class SQLiteWorkflows:
         params = {"machine": machine, "status": status, "state": state, "limit": limit}
         return [instance_of(r) for r in await self._db.fetch("wf_list", params)]
 
-    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
-        found = await self._db.fetch("wf_counts", {"machine": machine})
+    async def counts(self, machine: str, cap: int | None = None) -> dict[tuple[str, str], int]:
+        if cap is None:
+            found = await self._db.fetch("wf_counts", {"machine": machine})
+        else:
+            found = await self._db.fetch("wf_counts_capped", {"machine": machine, "limit": cap + 1})
         return {(r["state"], r["status"]): int(r["n"]) for r in found}
 
     async def history(self, machine: str, key: str) -> list[WorkflowHistoryRow]:

@@ -115,3 +115,25 @@ async def test_the_newest_recorded_table_is_the_one_in_force(bus: Bus) -> None:
     back = await store.definition("shape")
     assert back is not None and back.def_hash == "h1", "a table recorded again is in force again"
     assert back.first_registered_at == one.first_registered_at and back.registered_at > one.registered_at
+
+
+async def test_capped_counts_stop_one_past_the_cap_in_each_group(bus: Bus) -> None:
+    """counts(cap=N): each (state, status) group counted to min(n, N + 1), every group found."""
+    store = bus.backend.workflows
+    for i in range(7):
+        await store.start("store", f"a{i}", "A", b"{}")
+    for i in range(3):
+        await store.start("store", f"b{i}", "B", b"{}")
+    await store.start("store", "c0", "C", b"{}")
+    await store.start("other", "a0", "A", b"{}")
+    assert await store.commit_many([move("a5", 1), move("a6", 1)]) == [2, 2]  # two A pending -> B running
+    exact = await store.counts("store")
+    assert exact == {("A", "pending"): 5, ("B", "pending"): 3, ("C", "pending"): 1, ("B", "running"): 2}
+    assert await store.counts("store", 3) == {
+        ("A", "pending"): 4, ("B", "pending"): 3, ("C", "pending"): 1, ("B", "running"): 2,
+    }, "a group past the cap shows as cap + 1, the others exactly"  # fmt: skip
+    assert await store.counts("store", 1) == {
+        ("A", "pending"): 2, ("B", "pending"): 2, ("C", "pending"): 1, ("B", "running"): 2,
+    }  # fmt: skip
+    assert await store.counts("store", 100) == exact
+    assert await store.counts("nothing", 5) == {}

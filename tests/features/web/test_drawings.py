@@ -8,9 +8,11 @@ import xml.etree.ElementTree as ET
 import httpx
 
 from eventbus import Bus
+from eventbus.web import create_app
 
 from ..workflows._support import finish
-from ._data import pay
+from ._data import Charge, pay
+from .conftest import ORIGIN
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -69,3 +71,28 @@ async def test_unknown_causes_read_as_unknown(seeded: Bus, ro: httpx.AsyncClient
         await backend.db.write(lambda c, q, now: c.execute(sql.format(t="wf_history")))  # type: ignore[attr-defined]
     page = await ro.get("/machines/pay/instances/c-1")
     assert '<td class="wake unknown">unknown</td>' in page.text
+
+
+async def test_machine_pages_count_each_state_up_to_the_cap(seeded: Bus) -> None:
+    """With count_cap, a (state, status) past it is counted no further: shown as ``N+`` on the
+    machines list, the table, the drawn boxes and the diagram source; the rest stay exact."""
+    for key in ("c-2", "c-3", "c-4"):
+        await seeded.workflows.start(pay, Charge(key=key))  # pending in CHARGE: no worker runs them
+    app = create_app(seeded, count_cap=2)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
+        listed = (await client.get("/machines")).text
+        page = await client.get("/machines/pay")
+        instance = await client.get("/machines/pay/instances/c-1")
+    row = re.search(r'href="/machines/pay">pay</a></td><td class="num">(.*?)</td>(.*?)</tr>', listed, re.S)
+    assert row is not None and row.group(1) == "3+", listed
+    assert "pending 2+</span>" in row.group(2) and "waiting_approval 1</span>" in row.group(2)
+    cells = re.findall(r'\?status=(\w+)">.*?</a></td><td class="num">(.*?)</td>', page.text, re.S)
+    assert sorted(cells) == [("pending", "2+"), ("waiting_approval", "1")], page.text
+    for html in (page.text, instance.text):
+        (svg,) = _svgs(html, "machine-diagram")
+        boxes = {"".join(g.itertext()) for g in svg.iter(f"{SVG}g") if "md-box" in (g.get("class") or "")}
+        runs = "state CHARGE: 3+ run(s) here (2+ pending, 1 waiting_approval)"
+        assert any(b.startswith(runs) for b in boxes), boxes
+        badges = ["".join(g.itertext()) for g in svg.iter(f"{SVG}g") if g.get("class") == "md-count"]
+        assert badges == ["3+"], badges
+    assert "CHARGE : [2+ pending, 1 waiting_approval]" in page.text

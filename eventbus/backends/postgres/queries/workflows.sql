@@ -282,6 +282,27 @@ ORDER BY i.key LIMIT $4;
 SELECT state, status, count(*) AS n FROM {schema}.wf_instances WHERE machine = $1
 GROUP BY state, status;
 
+-- name: wf_counts_capped
+-- As wf_counts, each group counted no further than $2 rows: the (status,
+-- state) groups are found by skipping through wf_instances_status (one probe
+-- per group, not a read of every instance of the machine), then each group's
+-- rows are counted from that index up to the limit.
+WITH RECURSIVE grp AS (
+    (SELECT status, state FROM {schema}.wf_instances WHERE machine = $1
+     ORDER BY status, state LIMIT 1)
+    UNION ALL
+    SELECT n.status, n.state FROM grp g CROSS JOIN LATERAL (
+        SELECT i.status, i.state FROM {schema}.wf_instances i
+        WHERE i.machine = $1 AND (i.status, i.state) > (g.status, g.state)
+        ORDER BY i.status, i.state LIMIT 1
+    ) n
+)
+SELECT g.state, g.status,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.wf_instances i
+                              WHERE i.machine = $1 AND i.status = g.status AND i.state = g.state
+                              LIMIT $2) c) AS n
+FROM grp g;
+
 -- name: wf_history
 SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
        reason, delivery_id, started_at, at, woken_by

@@ -190,6 +190,31 @@ ORDER BY i.key LIMIT :limit;
 SELECT state, status, count(*) AS n FROM wf_instances WHERE machine = :machine
 GROUP BY state, status;
 
+-- name: wf_counts_capped
+-- As wf_counts, each group counted no further than :limit rows: the statuses,
+-- then each status's states, are found by skipping through wf_instances_status
+-- (one min() probe per group, not a read of every instance of the machine),
+-- then each group's rows are counted from that index up to the limit.
+WITH RECURSIVE statuses(status) AS (
+    SELECT min(status) FROM wf_instances WHERE machine = :machine
+    UNION ALL
+    SELECT (SELECT min(i.status) FROM wf_instances i WHERE i.machine = :machine AND i.status > s.status)
+    FROM statuses s WHERE s.status IS NOT NULL
+), grp(status, state) AS (
+    SELECT s.status, (SELECT min(i.state) FROM wf_instances i
+                      WHERE i.machine = :machine AND i.status = s.status)
+    FROM statuses s WHERE s.status IS NOT NULL
+    UNION ALL
+    SELECT g.status, (SELECT min(i.state) FROM wf_instances i
+                      WHERE i.machine = :machine AND i.status = g.status AND i.state > g.state)
+    FROM grp g WHERE g.state IS NOT NULL
+)
+SELECT g.state, g.status,
+       (SELECT count(*) FROM (SELECT 1 FROM wf_instances i
+                              WHERE i.machine = :machine AND i.status = g.status AND i.state = g.state
+                              LIMIT :limit)) AS n
+FROM grp g WHERE g.state IS NOT NULL;
+
 -- name: wf_history
 SELECT run_id, version, state, visit, outcome, next_state, yielded, error_code, error, actor,
        reason, delivery_id, started_at, at, woken_by
