@@ -109,7 +109,7 @@ def _bus_methods() -> list[str]:
 class _Store:
     """A workflow and schedule store answering the few reads the forwarding tests make."""
 
-    async def counts(self, machine: str) -> dict[tuple[str, str], int]:
+    async def counts(self, machine: str, cap: int | None = None) -> dict[tuple[str, str], int]:
         return {("A", "running"): 1}
 
     async def find(self, name: str | None = None) -> list[Any]:
