@@ -41,6 +41,10 @@ logfile = {root}/pgbouncer.log
 pidfile = {root}/pgbouncer.pid
 ignore_startup_parameters = extra_float_digits
 server_lifetime = 3600
+; Each pytest worker runs a transaction and a session pooler for the whole run:
+; idle server connections are closed after a few seconds, so the poolers of all
+; pytest workers leave few server connections open between pooler tests.
+server_idle_timeout = 5
 """
 
 
