@@ -182,10 +182,14 @@ class Pruner:
                 return report
             budget = max_batches or self.retention.max_batches
             await self._walk(report, dry_run, budget, progress)
-            await self._walk_occurrences(report, dry_run, budget, progress)
-            await self._walk_workflows(report, dry_run, budget, progress)
-            await self._walk_audit(report, dry_run, budget, progress)
-            await self._walk_rollup(report, dry_run, budget, progress)
+            # Past schedule occurrences, finished workflow instances with what
+            # they left, the audit trail and the throughput rollup.
+            r, store, walk = self.retention, self.store, self._walk_table
+            args = (report, dry_run, budget, progress)
+            await walk(r.occurrence_retention, store.prune_occurrences, _count_occurrences, *args)
+            await walk(r.workflow_retention, store.prune_workflows, _count_workflows, *args)
+            await walk(r.audit_retention, store.prune_audit, _count_audit, *args)
+            await walk(r.rollup_retention, store.prune_rollup, _count_rollup, *args)
             report.seconds = time.monotonic() - started
             if not dry_run:
                 await self.store.record_prune(msgspec.to_builtins(report))
@@ -226,94 +230,42 @@ class Pruner:
         if not dry_run:
             self.cursor = cursor
 
-    async def _walk_occurrences(
+    async def _walk_table(
         self,
+        keep: timedelta | None,
+        prune: Callable[..., Awaitable[_Batch]],
+        count: Callable[[PruneReport, _Batch], None],
         report: PruneReport,
         dry_run: bool,
         max_batches: int,
         progress: Callable[[PruneReport], object] | None,
     ) -> None:
-        """Past schedule occurrences, oldest first, from the oldest each pass."""
-        seconds = _seconds(self.retention.occurrence_retention)
+        """Rows past their retention ``keep`` (None keeps them), oldest first, from the oldest each pass."""
+        seconds = _seconds(keep)
         if seconds is None:
             return
 
-        async def batch(after: Any) -> OccurrenceBatch:
-            return await self.store.prune_occurrences(
-                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
-            )
+        async def batch(after: Any) -> _Batch:
+            return await prune(after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run)
 
-        def count(b: OccurrenceBatch) -> None:
-            report.occurrences += b.occurrences
+        await _walk_rows(batch, lambda b: count(report, b), report, max_batches, progress)
 
-        await _walk_rows(batch, count, report, max_batches, progress)
 
-    async def _walk_workflows(
-        self,
-        report: PruneReport,
-        dry_run: bool,
-        max_batches: int,
-        progress: Callable[[PruneReport], object] | None,
-    ) -> None:
-        """Finished workflow instances with everything they left, oldest first, from the oldest each pass."""
-        seconds = _seconds(self.retention.workflow_retention)
-        if seconds is None:
-            return
+def _count_occurrences(report: PruneReport, b: OccurrenceBatch) -> None:
+    report.occurrences += b.occurrences
 
-        async def batch(after: Any) -> WorkflowBatch:
-            return await self.store.prune_workflows(
-                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
-            )
 
-        def count(b: WorkflowBatch) -> None:
-            report.workflows += b.instances
-            report.workflow_rows += b.rows
+def _count_workflows(report: PruneReport, b: WorkflowBatch) -> None:
+    report.workflows += b.instances
+    report.workflow_rows += b.rows
 
-        await _walk_rows(batch, count, report, max_batches, progress)
 
-    async def _walk_audit(
-        self,
-        report: PruneReport,
-        dry_run: bool,
-        max_batches: int,
-        progress: Callable[[PruneReport], object] | None,
-    ) -> None:
-        """Old audit trail rows, oldest first, from the oldest each pass."""
-        seconds = _seconds(self.retention.audit_retention)
-        if seconds is None:
-            return
+def _count_audit(report: PruneReport, b: AuditBatch) -> None:
+    report.audit_rows += b.rows
 
-        async def batch(after: Any) -> AuditBatch:
-            return await self.store.prune_audit(
-                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
-            )
 
-        def count(b: AuditBatch) -> None:
-            report.audit_rows += b.rows
-
-        await _walk_rows(batch, count, report, max_batches, progress)
-
-    async def _walk_rollup(
-        self,
-        report: PruneReport,
-        dry_run: bool,
-        max_batches: int,
-        progress: Callable[[PruneReport], object] | None,
-    ) -> None:
-        """Old throughput rollup rows, oldest first, from the oldest each pass."""
-        seconds = _seconds(self.retention.rollup_retention)
-        if seconds is None:
-            return
-
-        async def batch(after: Any) -> RollupBatch:
-            return await self.store.prune_rollup(
-                after, self.retention.batch_size, older_than_seconds=seconds, dry_run=dry_run
-            )
-
-        def count(b: RollupBatch) -> None:
-            report.rollup_rows += b.rows
-
-        await _walk_rows(batch, count, report, max_batches, progress)
+def _count_rollup(report: PruneReport, b: RollupBatch) -> None:
+    report.rollup_rows += b.rows
 
 
 async def _walk_rows(
