@@ -83,9 +83,7 @@ SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attem
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
        d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
        d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE d.id = $1;
 
 -- name: history
@@ -111,9 +109,7 @@ SELECT d.event_id, d.id, s.name AS subscription, d.status, d.attempts, d.last_er
             THEN extract(epoch FROM d.updated_at - e.created_at)::float8 END AS elapsed_seconds,
        (SELECT a.duration_seconds FROM {schema}.delivery_attempts a
         WHERE a.delivery_id = d.id ORDER BY a.id DESC LIMIT 1) AS last_attempt_seconds
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE d.event_id = ANY($1::bigint[])
 ORDER BY d.event_id, s.name;
 
@@ -234,6 +230,19 @@ SET LOCAL statement_timeout = '5s';
 -- 1,000,000 deliveries, against 0.1 ms planned for the values.
 SET LOCAL plan_cache_mode = force_custom_plan;
 
+-- name: _delivery_from
+-- A delivery (d) with its subscription (s) and its event (e): what
+-- _delivery_filter filters and _delivery_row lists.
+{schema}.deliveries d
+JOIN {schema}.subscriptions s ON s.id = d.subscription_id
+JOIN {schema}.events e ON e.id = d.event_id
+
+-- name: _delivery_row
+-- The columns of a listed delivery (DeliveryRow), over _delivery_from.
+d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
+
 -- name: _delivery_filter
 -- The conditions of a DeliveryFilter, included by find_deliveries,
 -- count_deliveries and the id walks ($1 subscription, $2 status, $3 event
@@ -272,12 +281,8 @@ SET LOCAL plan_cache_mode = force_custom_plan;
 -- name: find_deliveries
 -- The dashboard's delivery list: every filter optional, newest first below a
 -- cursor id (one descending walk of the primary key, however deep the page).
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+SELECT {_delivery_row}
+FROM {_delivery_from}
 WHERE {_delivery_filter}
   AND ($15::bigint IS NULL OR d.id < $15)
 ORDER BY d.id DESC
@@ -288,9 +293,7 @@ LIMIT $16;
 -- fast at millions of rows and the page shows "N+".
 SELECT count(*) FROM (
     SELECT 1
-    FROM {schema}.deliveries d
-    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-    JOIN {schema}.events e ON e.id = d.event_id
+    FROM {_delivery_from}
     WHERE {_delivery_filter}
     LIMIT $15
 ) capped;
@@ -301,12 +304,8 @@ SELECT count(*) FROM (
 -- dead-letter partial index deliveries_dead_newest, the dead rows alone and
 -- newest first, instead of walking the whole history around them (or sorting
 -- every dead letter, through deliveries_dead).
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+SELECT {_delivery_row}
+FROM {_delivery_from}
 WHERE d.status = 'dead'
   AND {_delivery_filter}
   AND ($15::bigint IS NULL OR d.id < $15)
@@ -317,9 +316,7 @@ LIMIT $16;
 -- As count_deliveries for $2 = 'dead', through deliveries_dead (see find_deliveries_dead).
 SELECT count(*) FROM (
     SELECT 1
-    FROM {schema}.deliveries d
-    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-    JOIN {schema}.events e ON e.id = d.event_id
+    FROM {_delivery_from}
     WHERE d.status = 'dead'
       AND {_delivery_filter}
     LIMIT $15
@@ -330,9 +327,7 @@ SELECT count(*) FROM (
 -- find_deliveries above the cursor $15, in id order (one ascending range read
 -- of the primary key per batch, from where the previous batch stopped).
 SELECT d.id
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE {_delivery_filter}
   AND d.id > $15
 ORDER BY d.id
@@ -343,9 +338,7 @@ LIMIT $16;
 -- then can the dead-letter partial index (deliveries_dead) serve the walk, so
 -- that it reads the dead rows alone however long the history around them is.
 SELECT d.id
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE d.status = 'dead'
   AND {_delivery_filter}
   AND d.id > $15
@@ -356,12 +349,8 @@ LIMIT $16;
 -- As find_deliveries for the condition 'stuck' ($2), the conditions written out, so the
 -- rows are found through deliveries_lease_until (the few rows under a lease)
 -- instead of a walk of the whole history.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+SELECT {_delivery_row}
+FROM {_delivery_from}
 WHERE d.status = 'processing' AND d.lease_until < now()
   AND {_delivery_filter}
   AND ($15::bigint IS NULL OR d.id < $15)
@@ -372,9 +361,7 @@ LIMIT $16;
 -- As count_deliveries for the condition 'stuck' (see find_deliveries_stuck).
 SELECT count(*) FROM (
     SELECT 1
-    FROM {schema}.deliveries d
-    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-    JOIN {schema}.events e ON e.id = d.event_id
+    FROM {_delivery_from}
     WHERE d.status = 'processing' AND d.lease_until < now()
       AND {_delivery_filter}
     LIMIT $15
@@ -383,9 +370,7 @@ SELECT count(*) FROM (
 -- name: delivery_ids_stuck
 -- As delivery_ids for the condition 'stuck' (see find_deliveries_stuck).
 SELECT d.id
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE d.status = 'processing' AND d.lease_until < now()
   AND {_delivery_filter}
   AND d.id > $15
@@ -396,12 +381,8 @@ LIMIT $16;
 -- As find_deliveries for the condition 'retrying' ($2), the conditions written out, so the
 -- rows are found among the pending ones (deliveries_claim_order) instead of a
 -- walk of the whole history.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+SELECT {_delivery_row}
+FROM {_delivery_from}
 WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
   AND {_delivery_filter}
   AND ($15::bigint IS NULL OR d.id < $15)
@@ -412,9 +393,7 @@ LIMIT $16;
 -- As count_deliveries for the condition 'retrying' (see find_deliveries_retrying).
 SELECT count(*) FROM (
     SELECT 1
-    FROM {schema}.deliveries d
-    JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-    JOIN {schema}.events e ON e.id = d.event_id
+    FROM {_delivery_from}
     WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
       AND {_delivery_filter}
     LIMIT $15
@@ -423,9 +402,7 @@ SELECT count(*) FROM (
 -- name: delivery_ids_retrying
 -- As delivery_ids for the condition 'retrying' (see find_deliveries_retrying).
 SELECT d.id
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > now()
   AND {_delivery_filter}
   AND d.id > $15
@@ -443,9 +420,7 @@ SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attem
        e.payload, e.headers::text AS headers, e.correlation_id, e.causation_id, d.last_error,
        d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
        d.lease_until, d.worker_id::text AS worker_id, s.max_attempts
-FROM {schema}.deliveries d
-JOIN {schema}.subscriptions s ON s.id = d.subscription_id
-JOIN {schema}.events e ON e.id = d.event_id
+FROM {_delivery_from}
 WHERE d.event_id = $1
 ORDER BY s.name;
 

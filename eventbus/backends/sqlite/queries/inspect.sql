@@ -69,8 +69,7 @@ SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attem
        d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
        d.lease_until, d.worker_id, s.max_attempts
 FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.id = :id;
 
 -- name: history
@@ -100,8 +99,7 @@ SELECT d.event_id, d.id, s.name AS subscription, d.status, d.attempts, d.last_er
        (SELECT a.duration_seconds FROM delivery_attempts a
         WHERE a.delivery_id = d.id ORDER BY a.id DESC LIMIT 1) AS last_attempt_seconds
 FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.event_id IN (SELECT value FROM json_each(:event_ids))
 ORDER BY d.event_id, s.name;
 
@@ -190,6 +188,19 @@ GROUP BY 1;
 -- name: health_last_prune
 SELECT ran_at FROM maintenance WHERE name = 'prune';
 
+-- name: _delivery_joins
+-- A delivery's (d) subscription (s) and event (e): what _delivery_filter
+-- filters and _delivery_row lists. Each query names its FROM, and the index
+-- it reads (INDEXED BY) where its plan depends on it.
+JOIN subscriptions s ON s.id = d.subscription_id
+JOIN events e ON e.id = d.event_id
+
+-- name: _delivery_row
+-- The columns of a listed delivery (DeliveryRow), over d, s and e.
+d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
+e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
+e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+
 -- name: _delivery_filter
 -- The conditions of a DeliveryFilter past its id bounds and status, included
 -- by find_deliveries, count_deliveries and the id walks: every one optional.
@@ -220,12 +231,9 @@ SELECT ran_at FROM maintenance WHERE name = 'prune';
 -- cursor. :low_id and :high_id bound the walk (the cursor, the ids named) so
 -- that it is one descending range read of the primary key, however deep the
 -- page; :ids (a JSON array, or NULL) keeps only the deliveries named.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+SELECT {_delivery_row}
 FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.id BETWEEN :low_id AND :high_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
   AND (:status IS NULL OR d.status = :status)
@@ -239,8 +247,7 @@ LIMIT :limit;
 SELECT count(*) FROM (
     SELECT 1
     FROM deliveries d
-    JOIN subscriptions s ON s.id = d.subscription_id
-    JOIN events e ON e.id = d.event_id
+    {_delivery_joins}
     WHERE d.id BETWEEN :low_id AND :high_id
       AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
       AND (:status IS NULL OR d.status = :status)
@@ -253,12 +260,9 @@ SELECT count(*) FROM (
 -- planner may then read deliveries_dead_newest (the dead rows alone, already
 -- newest first) instead of walking the primary key through all the others,
 -- or sorting every dead letter for one page.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+SELECT {_delivery_row}
 FROM deliveries d INDEXED BY deliveries_dead_newest
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.status = 'dead'
   AND d.id BETWEEN :low_id AND :high_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -271,8 +275,7 @@ LIMIT :limit;
 SELECT count(*) FROM (
     SELECT 1
     FROM deliveries d INDEXED BY deliveries_dead_newest
-    JOIN subscriptions s ON s.id = d.subscription_id
-    JOIN events e ON e.id = d.event_id
+    {_delivery_joins}
     WHERE d.status = 'dead'
       AND d.id BETWEEN :low_id AND :high_id
       AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -286,8 +289,7 @@ SELECT count(*) FROM (
 -- replay, purge or cancel.
 SELECT d.id
 FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.id > :after_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
   AND (:status IS NULL OR d.status = :status)
@@ -302,8 +304,7 @@ LIMIT :limit;
 -- or a join order that starts from the subscriptions.
 SELECT d.id
 FROM deliveries d INDEXED BY deliveries_dead_newest
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.status = 'dead'
   AND d.id > :after_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -315,12 +316,9 @@ LIMIT :limit;
 -- As find_deliveries for the condition 'stuck', written out so that the rows
 -- are read through deliveries_lease_until (the few rows under a lease) instead of a walk of the
 -- whole history.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+SELECT {_delivery_row}
 FROM deliveries d INDEXED BY deliveries_lease_until
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.status = 'processing' AND d.lease_until < :now
   AND d.id BETWEEN :low_id AND :high_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -333,8 +331,7 @@ LIMIT :limit;
 SELECT count(*) FROM (
     SELECT 1
     FROM deliveries d INDEXED BY deliveries_lease_until
-    JOIN subscriptions s ON s.id = d.subscription_id
-    JOIN events e ON e.id = d.event_id
+    {_delivery_joins}
     WHERE d.status = 'processing' AND d.lease_until < :now
       AND d.id BETWEEN :low_id AND :high_id
       AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -346,8 +343,7 @@ SELECT count(*) FROM (
 -- As delivery_ids for the condition 'stuck', through deliveries_lease_until.
 SELECT d.id
 FROM deliveries d INDEXED BY deliveries_lease_until
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.status = 'processing' AND d.lease_until < :now
   AND d.id > :after_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -359,12 +355,9 @@ LIMIT :limit;
 -- As find_deliveries for the condition 'retrying', written out so that the rows
 -- are read through deliveries_pending (the pending rows alone) instead of a walk of the
 -- whole history.
-SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attempts, e.key,
-       e.correlation_id, d.last_error, d.replays, d.run_at, d.updated_at, e.created_at,
-       e.version AS event_version, d.lease_until, d.worker_id, s.max_attempts
+SELECT {_delivery_row}
 FROM deliveries d INDEXED BY deliveries_pending
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
   AND d.id BETWEEN :low_id AND :high_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -377,8 +370,7 @@ LIMIT :limit;
 SELECT count(*) FROM (
     SELECT 1
     FROM deliveries d INDEXED BY deliveries_pending
-    JOIN subscriptions s ON s.id = d.subscription_id
-    JOIN events e ON e.id = d.event_id
+    {_delivery_joins}
     WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
       AND d.id BETWEEN :low_id AND :high_id
       AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -390,8 +382,7 @@ SELECT count(*) FROM (
 -- As delivery_ids for the condition 'retrying', through deliveries_pending.
 SELECT d.id
 FROM deliveries d INDEXED BY deliveries_pending
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.status = 'pending' AND d.attempts > 0 AND d.run_at > :now
   AND d.id > :after_id
   AND (:ids IS NULL OR d.id IN (SELECT value FROM json_each(:ids)))
@@ -411,8 +402,7 @@ SELECT d.id, d.event_id, s.name AS subscription, e.event_type, d.status, d.attem
        d.replays, d.run_at, d.updated_at, e.created_at, e.version AS event_version, e.priority,
        d.lease_until, d.worker_id, s.max_attempts
 FROM deliveries d
-JOIN subscriptions s ON s.id = d.subscription_id
-JOIN events e ON e.id = d.event_id
+{_delivery_joins}
 WHERE d.event_id = :id
 ORDER BY s.name;
 
