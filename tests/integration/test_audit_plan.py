@@ -21,6 +21,8 @@ import pytest
 from eventbus.backends._sql import load_queries
 from eventbus.backends.sqlite import SQLiteBackend
 
+from ..support.plans import rows_read
+
 ROWS = 20_000
 TOP = 2**62
 
@@ -51,17 +53,6 @@ CASES = [
     ("audit_page_actor_action", "audit_log_actor_action", ["text", "text"], ["cancel", "bob"], 0),
     ("audit_page_actor_action", "audit_log_actor_action", ["text", "text"], ["cancel", "erin"], 1),
 ]
-
-
-def _rows_read(plan: dict, table: str) -> int:
-    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
-    total, stack = 0, [plan["Plan"]]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.get("Plans", []))
-        if node.get("Relation Name") == table:
-            total += node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
-    return total
 
 
 @pytest.fixture
@@ -98,7 +89,7 @@ async def test_each_filter_reads_its_index_on_postgres(seeded, mode: str, before
             )[0]
             found[n] = plan["Plan"]["Actual Rows"]
             assert index in json.dumps(plan), plan
-            assert _rows_read(plan, "audit_log") <= 51, plan
+            assert rows_read(plan, "audit_log") <= 51, plan
         await conn.execute("DEALLOCATE ALL")
     # below the cursor, the oldest rows (erin's) are all still there; the common action fills a page
     assert found == {n: case[4] for n, case in enumerate(CASES)}

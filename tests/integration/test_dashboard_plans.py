@@ -16,6 +16,8 @@ import pytest
 from eventbus.backends.postgres.inspect import filter_args
 from eventbus.types import DeliveryFilter, DeliveryStatus
 
+from ..support.plans import rows_read
+
 SEED = """
 WITH ev AS (
     INSERT INTO {s}.events (event_type, key, payload)
@@ -31,17 +33,6 @@ SELECT id, $2::int,
        CASE WHEN id <= 300 THEN gen_random_uuid() END
 FROM ev
 """
-
-
-def _rows_read(plan: dict, table: str) -> int:
-    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
-    total, stack = 0, [plan["Plan"]]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.get("Plans", []))
-        if node.get("Relation Name") == table:
-            total += node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
-    return total
 
 
 @pytest.fixture
@@ -88,7 +79,7 @@ async def test_a_status_list_and_its_count_read_that_status_alone(
     count = await _plan(conn, q, "count_deliveries", flt, 10_001)
     for plan in (page, count):
         assert index in json.dumps(plan), plan
-        assert _rows_read(plan, "deliveries") <= 300, plan
+        assert rows_read(plan, "deliveries") <= 300, plan
 
 
 async def test_the_overview_counts_a_bounded_window(seeded) -> None:
@@ -101,8 +92,8 @@ async def test_the_overview_counts_a_bounded_window(seeded) -> None:
         events = json.loads(
             await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + q["status_events_capped"], 5_000)
         )[0]
-    assert _rows_read(recent, "deliveries") == 5_000, recent
-    assert _rows_read(events, "events") == 5_000, events
+    assert rows_read(recent, "deliveries") == 5_000, recent
+    assert rows_read(events, "events") == 5_000, events
 
 
 async def test_a_key_is_looked_up_by_its_event_type_not_scanned_for(seeded) -> None:
@@ -125,5 +116,5 @@ async def test_dead_letters_of_a_type_are_counted_from_the_dead_letters(seeded) 
     q, conn = seeded
     flt = DeliveryFilter(status="dead", event_type="order.placed")
     count = await _plan(conn, q, "count_deliveries_dead", flt, 10_001)
-    assert _rows_read(count, "deliveries") == 300, count
-    assert _rows_read(count, "events") <= 300, count
+    assert rows_read(count, "deliveries") == 300, count
+    assert rows_read(count, "events") <= 300, count

@@ -15,6 +15,8 @@ import pytest
 
 from eventbus.types import DeliveryFilter
 
+from ..support.plans import rows_read
+
 SEED = """
 WITH ev AS (
     INSERT INTO {s}.events (event_type, payload)
@@ -162,17 +164,6 @@ FROM ev
 """
 
 
-def _rows_read(plan: dict, table: str) -> int:
-    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
-    total, stack = 0, [plan["Plan"]]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.get("Plans", []))
-        if node.get("Relation Name") == table:
-            total += node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
-    return total
-
-
 @pytest.mark.parametrize(("limit", "most"), [(51, 60), (501, 510)])
 async def test_newest_dead_letters_are_read_alone_however_old(pg_target, limit: int, most: int) -> None:
     """The /dead page (51 rows) and the triage page's sample (501 here) when the dead letters are old.
@@ -212,7 +203,7 @@ async def test_newest_dead_letters_are_read_alone_however_old(pg_target, limit: 
         await conn.close()
     found = json.loads(plan)[0]
     assert "deliveries_dead_newest" in json.dumps(found), found
-    assert _rows_read(found, "deliveries") <= most, found
+    assert rows_read(found, "deliveries") <= most, found
     assert "deliveries_dead_newest" in generic and "Sort" not in generic, generic
 
 

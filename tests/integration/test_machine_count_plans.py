@@ -13,7 +13,7 @@ import json
 import asyncpg
 import pytest
 
-from .test_dashboard_plans import _rows_read
+from ..support.plans import rows_read
 
 SEED = """
 INSERT INTO {s}.wf_instances (machine, key, state, status, checkpoint)
@@ -59,4 +59,4 @@ async def test_machine_counts_read_at_most_cap_plus_one_rows_a_group(seeded) -> 
     assert {(r["state"], r["status"]): r["n"] for r in found} == {g: min(n, 101) for g, n in groups.items()}
     assert "wf_instances_status" in json.dumps(plan), plan
     # five groups of at most 101 rows, plus one probe per group (and one past the last)
-    assert _rows_read(plan, "wf_instances") <= 5 * 101 + 6, plan
+    assert rows_read(plan, "wf_instances") <= 5 * 101 + 6, plan
