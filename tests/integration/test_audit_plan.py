@@ -15,13 +15,12 @@ import json
 import sqlite3
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from eventbus.backends._sql import load_queries
 from eventbus.backends.sqlite import SQLiteBackend
 
-from ..support.plans import rows_read
+from ..support.plans import migrated, rows_read
 
 ROWS = 20_000
 TOP = 2**62
@@ -58,14 +57,7 @@ CASES = [
 @pytest.fixture
 async def seeded(pg_target):
     """The audit queries and a connection to the 20,000 rows, analysed."""
-    bus = pg_target.bus()
-    try:
-        await bus.migrate()
-        q = bus.backend.db.q
-    finally:
-        await bus.aclose()
-    s = f'"{pg_target.schema}"'
-    conn = await asyncpg.connect(pg_target.dsn)
+    q, conn, s = await migrated(pg_target)
     await conn.execute(PG_SEED.format(s=s), ROWS)
     await conn.execute(f"VACUUM ANALYZE {s}.audit_log")
     try:

@@ -16,7 +16,7 @@ import pytest
 from eventbus.backends.postgres.inspect import filter_args
 from eventbus.types import DeliveryFilter, DeliveryStatus
 
-from ..support.plans import rows_read
+from ..support.plans import migrated, rows_read, subscription
 
 SEED = """
 WITH ev AS (
@@ -38,18 +38,8 @@ FROM ev
 @pytest.fixture
 async def seeded(pg_target):
     """Queries and a connection to 30,000 deliveries: the oldest 300 processing, 300 cancelled, 300 dead."""
-    bus = pg_target.bus()
-    try:
-        await bus.migrate()
-        q = bus.backend.db.q
-    finally:
-        await bus.aclose()
-    s = f'"{pg_target.schema}"'
-    conn = await asyncpg.connect(pg_target.dsn)
-    sub_id = await conn.fetchval(
-        f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
-        "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
-    )
+    q, conn, s = await migrated(pg_target)
+    sub_id = await subscription(conn, s)
     await conn.execute(SEED.format(s=s), 30_000, sub_id)
     await conn.execute(f"VACUUM ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
     try:

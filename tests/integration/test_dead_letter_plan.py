@@ -15,7 +15,7 @@ import pytest
 
 from eventbus.types import DeliveryFilter
 
-from ..support.plans import rows_read
+from ..support.plans import migrated, rows_read, subscription
 
 SEED = """
 WITH ev AS (
@@ -60,18 +60,8 @@ DEAD = DeliveryFilter(status="dead")
 
 async def _seeded(pg_target) -> tuple[dict[str, str], asyncpg.Connection]:
     """The queries and a connection to 50,000 deliveries, one in a thousand dead."""
-    bus = pg_target.bus()
-    try:
-        await bus.migrate()
-        q = bus.backend.db.q
-    finally:
-        await bus.aclose()
-    s = f'"{pg_target.schema}"'
-    conn = await asyncpg.connect(pg_target.dsn)
-    sub_id = await conn.fetchval(
-        f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
-        "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
-    )
+    q, conn, s = await migrated(pg_target)
+    sub_id = await subscription(conn, s)
     await conn.execute(SEED.format(s=s), 50_000, sub_id)
     await conn.execute(f"ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
     return q, conn
@@ -176,19 +166,9 @@ async def test_newest_dead_letters_are_read_alone_however_old(pg_target, limit: 
     """
     from eventbus.backends.postgres.inspect import filter_args
 
-    bus = pg_target.bus()
+    q, conn, s = await migrated(pg_target)
     try:
-        await bus.migrate()
-        q = bus.backend.db.q
-    finally:
-        await bus.aclose()
-    s = f'"{pg_target.schema}"'
-    conn = await asyncpg.connect(pg_target.dsn)
-    try:
-        sub_id = await conn.fetchval(
-            f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
-            "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
-        )
+        sub_id = await subscription(conn, s)
         await conn.execute(OLD_DEAD.format(s=s), 30_000, sub_id, 5_000)
         await conn.execute(f"VACUUM ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
         async with conn.transaction():

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
-import asyncpg
 import pytest
 
-from ..support.plans import rows_read
+from ..support.plans import migrated, rows_read
 
 SEED = """
 INSERT INTO {s}.wf_instances (machine, key, state, status, checkpoint)
@@ -30,14 +29,7 @@ SELECT m, 'k-1', 'SHIP', 'waiting', '{{}}'::bytea FROM unnest(ARRAY['alpha', 'zu
 @pytest.fixture
 async def seeded(pg_target):
     """Queries and a connection to 20,000 instances of 'bench' in five groups, and one each of two others."""
-    bus = pg_target.bus()
-    try:
-        await bus.migrate()
-        q = bus.backend.db.q
-    finally:
-        await bus.aclose()
-    s = f'"{pg_target.schema}"'
-    conn = await asyncpg.connect(pg_target.dsn)
+    q, conn, s = await migrated(pg_target)
     await conn.execute(SEED.format(s=s), 20_000)
     await conn.execute(f"VACUUM ANALYZE {s}.wf_instances")
     try:

@@ -7,8 +7,7 @@ values given); on SQLite their INDEXED BY is checked by every query preparing
 
 from __future__ import annotations
 
-import asyncpg
-
+from ..support.plans import migrated, subscription
 from .test_dead_letter_plan import TYPES
 
 SEED = """
@@ -27,19 +26,9 @@ FROM ev
 
 
 async def _plans(pg_target, condition: str) -> list[str]:
-    bus = pg_target.bus()
+    q, conn, s = await migrated(pg_target)
     try:
-        await bus.migrate()
-        q = bus.backend.db.q
-    finally:
-        await bus.aclose()
-    s = f'"{pg_target.schema}"'
-    conn = await asyncpg.connect(pg_target.dsn)
-    try:
-        sub_id = await conn.fetchval(
-            f"INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds) "
-            "VALUES ('h', 'order.placed', 5, 30) RETURNING id"
-        )
+        sub_id = await subscription(conn, s)
         await conn.execute(SEED.format(s=s), 20_000, sub_id)
         await conn.execute(f"ANALYZE {s}.deliveries, {s}.events, {s}.subscriptions")
         await conn.execute("SET plan_cache_mode = force_custom_plan")  # as inspect_custom_plans sets
