@@ -297,15 +297,7 @@ WITH claimed AS (
         WHERE c.subscription_id = $1 AND c.status = 'pending' AND c.run_at <= now()
           AND {schema}.claim_place(c.run_at, c.priority_wait) <= now() + $6 * interval '1 second'
           AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
-          AND (c.ordering_key IS NULL OR (
-                NOT EXISTS (
-                    SELECT 1 FROM {schema}.deliveries p
-                    WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-                      AND p.status = 'processing' AND p.ordering_key IS NOT NULL)
-                AND NOT EXISTS (
-                    SELECT 1 FROM {schema}.deliveries p
-                    WHERE p.subscription_id = $1 AND p.ordering_key = c.ordering_key
-                      AND p.status IN ('pending', 'processing') AND p.event_id < c.event_id)))
+          AND {_claimable}
         ORDER BY {schema}.claim_place(c.run_at, c.priority_wait), c.run_at, c.id
         LIMIT $2
         FOR UPDATE SKIP LOCKED))
@@ -452,8 +444,8 @@ SELECT (SELECT count(*) FROM recovered) AS recovered, (SELECT count(*) FROM noti
 
 -- name: _claimable
 -- A pending row c of subscription $1 that a claim may take when due: unkeyed,
--- or the head of its key with nothing of the key processing (as in
--- claim_ordered).
+-- or the head of its key with nothing of the key processing (claim_ordered
+-- and next_run_in).
 (c.ordering_key IS NULL OR (
     NOT EXISTS (
         SELECT 1 FROM {schema}.deliveries p
