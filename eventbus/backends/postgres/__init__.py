@@ -61,6 +61,9 @@ class PostgresBackend:
         for work (default 0.5).
     :param priority_step_seconds: the seconds of waiting a priority level is
         worth (default 60; see ``Bus``).
+    :param append_only: take the append-only hot path (see
+        :mod:`eventbus.backends.postgres.ring`): an ordinary delivery is three
+        inserts and no update, its space returned by TRUNCATE and DROP.
     """
 
     kind: Literal["postgres"] = "postgres"
@@ -82,6 +85,7 @@ class PostgresBackend:
         listen_dsn: str | None = None,
         poll_interval_seconds: float | None = None,
         priority_step_seconds: float = DEFAULT_PRIORITY_STEP_SECONDS,
+        append_only: bool = False,
     ) -> None:
         self.options = pg_options(
             dsn,
@@ -103,6 +107,10 @@ class PostgresBackend:
             dead_client_seconds=dead_client_seconds if self.options.pooler == "none" else None,
         )
         self.db.priority_step = checked_priority_step(priority_step_seconds)
+        if append_only:
+            self.db.append_only = True
+            # every statement planned for its parameters: see .ring on generic plans
+            self.db.server_settings["plan_cache_mode"] = "force_custom_plan"
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""
         self.wakeups = PgWakeups(

@@ -223,6 +223,8 @@ class PgDb:
         self.command_timeout = command_timeout
         self.priority_step = DEFAULT_PRIORITY_STEP_SECONDS
         """The seconds of waiting a priority level is worth (priority_wait is priority times this)."""
+        self.append_only = False
+        """Whether publishes fan ordinary first runs out into the ring (see :mod:`.ring`)."""
         self.opener: Callable[[], Awaitable[object]] = self._no_check
         """What :meth:`open` runs once: the backend's schema check or its migration."""
         self.ready = False
@@ -429,7 +431,7 @@ class PgDb:
             priorities = [e.priority for e in events]
             rows = await conn.fetch(
                 self.q["publish"], *_columns(events), self.channel, lock_wait, versions,
-                priorities, self.priority_step,
+                priorities, self.priority_step, self.append_only,
             )  # fmt: skip
             return {r["ord"] - 1: r["id"] for r in rows}
         e = events[0]
@@ -448,6 +450,7 @@ class PgDb:
             e.event_version,
             e.priority,
             self.priority_step,
+            self.append_only,
         )
         return {} if new_id is None else {0: new_id}
 
