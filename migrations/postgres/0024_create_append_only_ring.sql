@@ -77,10 +77,40 @@ CREATE TABLE {schema}.delivery_log (
                     CHECK (status IN ('completed', 'failed', 'dead', 'lease_expired', 'worker_lost',
                                       'released', 'cancelled', 'moved')),
     worker_id       uuid,
+    enqueued_at     timestamptz NOT NULL,
     claimed_at      timestamptz NOT NULL,
     finished_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (claimed_on, delivery_id)
 ) PARTITION BY RANGE (claimed_on);
+
+-- Every delivery, wherever it lives, as a row of deliveries: what the bus's
+-- reads (status, lists, counts, one delivery) see when the ring is in use. A
+-- ring delivery is pending (a ready row no claim took), processing (a claim
+-- with no outcome yet) or completed (its outcome row); one that left the ring
+-- (moved, spilled) is its deliveries row, and the ring's copy is not shown:
+-- its claim has an outcome ('moved'), or it was spilled and truncated in one
+-- transaction.
+CREATE VIEW {schema}.delivery_rows AS
+SELECT id, event_id, subscription_id, status, attempts, run_at, lease_until, lease_token, worker_id,
+       last_error, ordering_key, replays, replayed_at, updated_at, priority_wait
+FROM {schema}.deliveries
+UNION ALL
+SELECT r.delivery_id, r.event_id, r.subscription_id,
+       CASE WHEN c.delivery_id IS NULL THEN 'pending' ELSE 'processing' END,
+       CASE WHEN c.delivery_id IS NULL THEN 0 ELSE 1 END, r.enqueued_at,
+       c.lease_until, c.lease_token, c.worker_id, NULL::text, NULL::text, 0, NULL::timestamptz,
+       coalesce(c.claimed_at, r.enqueued_at), 0::real
+FROM {schema}.ring_ready r
+LEFT JOIN {schema}.ring_claims c ON c.slot = r.slot AND c.delivery_id = r.delivery_id
+WHERE c.delivery_id IS NULL
+   OR NOT EXISTS (SELECT 1 FROM {schema}.delivery_log l
+                  WHERE l.claimed_on = (c.claimed_at AT TIME ZONE 'UTC')::date
+                    AND l.delivery_id = c.delivery_id)
+UNION ALL
+SELECT l.delivery_id, l.event_id, l.subscription_id, 'completed', 1, l.enqueued_at, NULL::timestamptz,
+       NULL::uuid, l.worker_id, NULL::text, NULL::text, 0, NULL::timestamptz, l.finished_at, 0::real
+FROM {schema}.delivery_log l
+WHERE l.status = 'completed';
 
 -- Statements on one slot's partitions or one day of the log, which name a
 -- table: the table names are made here from a number or a date, never from text.

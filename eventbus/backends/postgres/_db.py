@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -29,7 +30,7 @@ from ...errors import (
     SchemaNotMigrated,
 )
 from ...types import EventId, PublishResult
-from .._sql import load_queries, validate_schema
+from .._sql import load_queries, query_names, quote_schema, validate_schema
 from ..ports import LockWaitExceeded, OutgoingEvent
 from ._kept import publish_kept
 
@@ -241,6 +242,19 @@ class PgDb:
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
         self._held_lock = asyncio.Lock()
+
+    def take_append_only(self) -> None:
+        """Take the append-only hot path (see :mod:`.ring`): publishes fan ordinary first runs out
+        into the ring, every statement is planned for its parameters, and the reads of the
+        deliveries (inspection, the queue samples) read ``delivery_rows``, the view that shows
+        the ring's deliveries beside the others."""
+        self.append_only = True
+        self.server_settings["plan_cache_mode"] = "force_custom_plan"
+        table = re.compile(re.escape(quote_schema(self.schema)) + r"\.deliveries\b")
+        view = quote_schema(self.schema) + ".delivery_rows"
+        for name in query_names("postgres", "inspect.sql") | {"rollup_sample"}:
+            if name in self.q:  # not a fragment: those are written into their queries
+                self.q[name] = table.sub(view, self.q[name])
 
     async def _no_check(self) -> None:
         self.ready = True

@@ -67,9 +67,9 @@ ORDER BY w.delivery_id;
 -- for an expired lease, moved, cancelled) has its key taken, and the insert
 -- does nothing. Returns the ids completed.
 INSERT INTO {schema}.delivery_log (claimed_on, delivery_id, subscription_id, event_id, status,
-                                   worker_id, claimed_at)
+                                   worker_id, enqueued_at, claimed_at)
 SELECT (c.claimed_at AT TIME ZONE 'UTC')::date, c.delivery_id, c.subscription_id, c.event_id,
-       'completed', c.worker_id, c.claimed_at
+       'completed', c.worker_id, c.enqueued_at, c.claimed_at
 FROM {schema}.ring_claims c
 JOIN unnest($2::bigint[], $3::smallint[]) AS t(id, slot) ON c.slot = t.slot AND c.delivery_id = t.id
 WHERE c.slot = ANY($1::smallint[]) AND c.lease_token = $4
@@ -97,9 +97,9 @@ WITH open AS (
     LIMIT $6
 ), logged AS (
     INSERT INTO {schema}.delivery_log (claimed_on, delivery_id, subscription_id, event_id, status,
-                                       worker_id, claimed_at)
+                                       worker_id, enqueued_at, claimed_at)
     SELECT (claimed_at AT TIME ZONE 'UTC')::date, delivery_id, subscription_id, event_id, 'moved',
-           worker_id, claimed_at
+           worker_id, enqueued_at, claimed_at
     FROM open
     ON CONFLICT DO NOTHING
     RETURNING delivery_id
