@@ -139,6 +139,8 @@ BEGIN
                    '{schema}', 'delivery_log_' || to_char(day, 'YYYYMMDD'), '{schema}', day, day + 1);
 END $$;
 
+SELECT {schema}.delivery_log_make((now() AT TIME ZONE 'UTC')::date + d) FROM generate_series(0, 2) AS d;
+
 -- Drops the days before `before`, oldest first, at most `most` of them; returns
 -- how many went. Each drop is a short ACCESS EXCLUSIVE lock on the parent too.
 CREATE FUNCTION {schema}.delivery_log_drop(before date, most int) RETURNS int LANGUAGE plpgsql AS $$

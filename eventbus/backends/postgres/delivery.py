@@ -34,7 +34,7 @@ from ..ports import (
 )
 from ._db import PgDb, translate_errors
 from ._transaction import handler_transaction
-from .ring import UPKEEP_SECONDS, PgRing
+from .ring import UPKEEP_SECONDS, PgRing, evict
 from .wakeups import PgWakeups
 from .workflows import start_on
 
@@ -175,6 +175,7 @@ class PgDeliveries:
         if served and row["state"] != "active":
             warn_not_active(spec.name, row["state"])
         if not row["created"] and row["was_ordered"] != spec.ordered:
+            await evict(conn, self.db, row["id"])  # the ring holds no ordered deliveries
             await conn.execute(self.q["rekey"], row["id"], spec.ordered)
         if row["created"] and spec.start_from == "earliest":
             await conn.execute(self.q["backfill_guard"], self.db.channel)
@@ -247,19 +248,21 @@ class PgDeliveries:
         return _claimed(rows, subscription_id, str(token))
 
     async def _claim_both(self, args: tuple[Any, ...], after: Any) -> list[ClaimedDelivery]:
-        """With the ring: what is due in ``deliveries`` (retries, spilled backlogs) first, from the
-        start, then the ring from the cursor (a delivery id: the ring's rows are all due when
-        published, in id order). Only ring rows carry a cursor position."""
+        """With the ring: what is due in ``deliveries`` (retries, spilled backlogs, prioritised
+        deliveries) and placed before the ring's next row, from the start; then the ring from
+        the cursor (a delivery id: the ring's rows are all due when published, in id order).
+        Only ring rows carry a cursor position."""
         assert self.ring is not None
         subscription_id, limit, lease_seconds, token, worker, _ = args
+        cursor = 0 if after is None else after[0]
         async with self.db.conn("claim") as conn:
-            rows = await conn.fetch(self.q["claim"], *args)
+            window = await self.ring.claimable(conn)
+            rows = await conn.fetch(self.q["ring_claim_queue"], *args, window, cursor)
             out = _claimed(rows, subscription_id, str(token), cursor=False)
             if len(out) < limit:
                 ring = await self.ring.claim(
-                    conn, subscription_id, limit - len(out), lease_seconds, token, worker,
-                    0 if after is None else after[0],
-                )  # fmt: skip
+                    conn, subscription_id, limit - len(out), lease_seconds, token, worker, cursor
+                )
                 out += _claimed(ring, subscription_id, str(token), cursor=True)
         return out
 
@@ -283,19 +286,21 @@ class PgDeliveries:
     async def _complete_ids(self, conn: Any, ids: list[DeliveryId], token: str) -> set[LeaseKey]:
         """Complete ``ids`` held under ``token``: ring claims by an outcome row, the others (and
         ring claims moved into ``deliveries`` meanwhile) by the guarded update."""
-        done: set[LeaseKey] = set()
-        if self.ring is not None:
-            ring, ids = self.ring.split(ids)
-            if ring:
-                taken = await self.ring.complete(conn, ring, token)
-                self.ring.forget(ring)
-                done.update([(i, token) for i in taken])
-                ids += [i for i in ring if i not in taken]
-            if not ids:
-                return done
-        rows = await conn.fetch(self.q["complete"], ids, token)
-        done.update([(r[0], token) for r in rows])  # r[0]: the id
-        return done
+        if self.ring is None:
+            rows = await conn.fetch(self.q["complete"], ids, token)
+            return {(r[0], token) for r in rows}  # r[0]: the id
+        done: set[DeliveryId] = set()
+        ring, ids = self.ring.split(ids)
+        if ring:
+            done = await self.ring.complete(conn, ring, token)
+            self.ring.forget(ring)
+            ids += [i for i in ring if i not in done]  # moved meanwhile
+        if ids:
+            done.update(r[0] for r in await conn.fetch(self.q["complete"], ids, token))
+            rest = [i for i in ids if i not in done]
+            if rest:  # claimed in the ring by another process (a pull consumer's ids)
+                done.update(await self.ring.complete_anywhere(conn, rest, token))
+        return {(i, token) for i in done}
 
     async def complete_on(self, conn: Any, completions: Sequence[Completion]) -> set[LeaseKey]:
         """:meth:`complete`'s writes on ``conn``, in the transaction the caller holds open."""
@@ -324,8 +329,9 @@ class PgDeliveries:
         async with self.db.conn("fail") as conn:
             if self.ring is not None:  # ring claims first move into deliveries, where retries live
                 for token in {x.lease_token for x in f}:
-                    ids = [x.delivery_id for x in f if x.lease_token == token]
-                    await self.ring.move_held(conn, ids, token)
+                    await self.ring.move_ids(
+                        conn, [x.delivery_id for x in f if x.lease_token == token], token
+                    )
             rows = await conn.fetch(
                 self.q["fail"],
                 [x.delivery_id for x in f],
@@ -347,7 +353,7 @@ class PgDeliveries:
             return 0
         async with self.db.conn("release") as conn:
             if self.ring is not None:
-                await self.ring.move_held(conn, ids, lease_token)
+                await self.ring.move_ids(conn, ids, lease_token)
             row = await conn.fetchrow(self.q["release"], list(ids), lease_token, self.db.channel)
         return int(row["released"])
 
@@ -364,10 +370,11 @@ class PgDeliveries:
         kept: set[DeliveryId] = set()
         async with self.db.conn("lease renewal") as conn:
             if self.ring is not None:
-                young = self.ring.young(ids, lease_seconds / 3)
+                young = self.ring.young(ids, lease_seconds)
                 kept.update(young)
                 ids = [i for i in ids if i not in kept]
-                await self.ring.move_held(conn, ids, lease_token)
+                if ids:
+                    await self.ring.move_ids(conn, ids, lease_token)
             if ids:
                 rows = await conn.fetch(self.q["extend"], list(ids), lease_token, lease_seconds)
                 kept.update(DeliveryId(r["id"]) for r in rows)

@@ -9,6 +9,7 @@ import asyncpg
 
 from ...errors import NotFound
 from ._db import PgDb
+from .ring import evict
 
 __all__ = ["PgOperator"]
 
@@ -98,6 +99,7 @@ class PgOperator:
             row = await self._move(conn, name, "removed", ["active", "paused", "removed"])
             cancelled = 0
             if row is not None:
+                await evict(conn, self.db, row["id"])  # its ring rows are cancelled as the rest
                 result = await conn.execute(self.q["cancel_subscription"], row["id"])
                 cancelled = int(result.split()[-1])
             await self._audit(conn, audit, cancelled)

@@ -68,10 +68,11 @@ from typing import Any
 
 import asyncpg
 
+from ...errors import BackendError
 from ...types import DeliveryId
 from ._db import PgDb
 
-__all__ = ["RING_SLOTS", "PgRing", "RingStats"]
+__all__ = ["RING_SLOTS", "PgRing", "RingStats", "evict", "generations"]
 
 log = logging.getLogger("eventbus.ring")
 
@@ -132,15 +133,30 @@ class _Gen:
     closing_for: float | None
 
 
+async def generations(conn: Any, db: PgDb) -> list[_Gen]:
+    """The ring's live generations, the newest first (see ``ring_window``)."""
+    return [_Gen(*r) for r in await conn.fetch(db.q["ring_window"], RING_SLOTS)]
+
+
+async def evict(conn: Any, db: PgDb, subscription_id: int) -> int:
+    """Move the subscription's unclaimed ring rows into ``deliveries`` (see ``ring_evict``): before
+    it becomes ordered or is removed, in the caller's transaction. Nothing without the ring."""
+    if not db.append_only:
+        return 0
+    slots = [g.slot for g in await generations(conn, db)]
+    return len(await conn.fetch(db.q["ring_evict"], slots, subscription_id))
+
+
 @dataclass
 class PgRing:
     """The ring's statements, this process's ring claims, and the upkeep turn."""
 
     db: PgDb
-    held: dict[DeliveryId, tuple[int, float]] = field(default_factory=dict)
-    """The ring claims this process holds: delivery id -> (slot, monotonic time of the claim)."""
+    held: dict[DeliveryId, tuple[int, float, float]] = field(default_factory=dict)
+    """The ring claims this process holds: delivery id -> (slot, monotonic time of the claim, lease)."""
     stats: RingStats = field(default_factory=RingStats)
     _window: list[int] = field(default_factory=list)
+    _live: list[int] = field(default_factory=list)
     _window_at: float = -math.inf
     _days_at: float = -math.inf
     _free_at: float = -math.inf
@@ -151,20 +167,26 @@ class PgRing:
 
     async def claimable(self, conn: Any) -> list[int]:
         """The slots a claim may read: open and not closing (refreshed every :data:`WINDOW_SECONDS`)."""
+        await self._refresh(conn)
+        return self._window
+
+    async def live(self, conn: Any, ids: Sequence[DeliveryId] = ()) -> list[int]:
+        """Every slot not pruned yet (closing ones included): where open claims can be; with the
+        slots of this process's claims among ``ids``, however recent."""
+        await self._refresh(conn)
+        held = self.held
+        return sorted({*self._live, *(held[i][0] for i in ids if i in held)})
+
+    async def _refresh(self, conn: Any) -> None:
         now = time.monotonic()
         if now - self._window_at >= WINDOW_SECONDS:
             gens = await self._gens(conn)
             self._window = [g.slot for g in gens if not g.closing]
+            self._live = [g.slot for g in gens]
             self._window_at = now
-        return self._window
-
-    async def live(self, conn: Any) -> list[int]:
-        """Every slot not pruned yet (closing ones included): where open claims can be."""
-        return [g.slot for g in await self._gens(conn)]
 
     async def _gens(self, conn: Any) -> list[_Gen]:
-        rows = await conn.fetch(self.db.q["ring_window"], RING_SLOTS)
-        return [_Gen(*r) for r in rows]
+        return await generations(conn, self.db)
 
     # -- the hot path -----------------------------------------------------------
 
@@ -179,12 +201,14 @@ class PgRing:
         after: int,
     ) -> list[asyncpg.Record]:
         """Claim up to ``limit`` ready rows after the delivery id ``after`` (see ``ring_claim``)."""
+        if time.monotonic() - self._days_at >= _DAYS_EVERY:
+            await self.make_days()
         window = await self.claimable(conn)
         rows = await conn.fetch(
             self.db.q["ring_claim"], window, subscription_id, after, limit, token, worker_id, lease_seconds
         )
         now = time.monotonic()
-        self.held.update({r[0]: (r[14], now) for r in rows})  # r[0]: the id, r[14]: the slot
+        self.held.update({r[0]: (r[14], now, lease_seconds) for r in rows})  # r[0]: id, r[14]: slot
         return list(rows)
 
     def split(self, ids: Sequence[DeliveryId]) -> tuple[list[DeliveryId], list[DeliveryId]]:
@@ -202,10 +226,17 @@ class PgRing:
         for i in ids:
             self.held.pop(i, None)
 
-    def young(self, ids: Sequence[DeliveryId], seconds: float) -> list[DeliveryId]:
-        """The ring claims among ``ids`` claimed less than ``seconds`` ago."""
+    def young(self, ids: Sequence[DeliveryId], lease_seconds: float) -> list[DeliveryId]:
+        """The ring claims among ``ids`` that a renewal to ``lease_seconds`` need not touch yet:
+        claimed for that lease less than a third of it ago (renewals come a third of a lease
+        apart, so the next comes before the lease ends). A renewal to another lease (a pull
+        consumer's ``extend(seconds)``) always counts."""
         now, held = time.monotonic(), self.held
-        return [i for i in ids if i in held and now - held[i][1] < seconds]
+        return [
+            i
+            for i in ids
+            if i in held and held[i][2] == lease_seconds and now - held[i][1] < lease_seconds / 3
+        ]
 
     async def complete(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> set[DeliveryId]:
         """Complete ring claims held under ``token``; the ids it took (the rest were moved or lost)."""
@@ -241,13 +272,18 @@ class PgRing:
         self.stats.moved += len(rows)
         return len(rows)
 
-    async def move_held(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> None:
-        """Move this process's ring claims ``ids`` into ``deliveries`` (a failure, release or renewal)."""
-        ring, _ = self.split(ids)
-        if not ring:
-            return
-        await self.move(conn, sorted({self.held[i][0] for i in ring}), ids=ring, token=token)
-        self.forget(ring)
+    async def complete_anywhere(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> set[DeliveryId]:
+        """Complete ring claims ``ids`` held under ``token`` whatever process claimed them (a pull
+        consumer hands its ids and token on): looked up in every live slot."""
+        slots = await self.live(conn)
+        rows = await conn.fetch(self.db.q["ring_complete_any"], slots, list(ids), uuid.UUID(token))
+        return {r[0] for r in rows}
+
+    async def move_ids(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> None:
+        """Move the ring claims among ``ids`` held under ``token`` into ``deliveries`` (before a
+        failure, a release or a renewal is written there), whatever process claimed them."""
+        await self.move(conn, await self.live(conn, ids), ids=ids, token=token)
+        self.forget(ids)
 
     # -- upkeep -------------------------------------------------------------------
 
@@ -255,13 +291,12 @@ class PgRing:
         """One upkeep turn, if no other process is taking one (see the module's docstring)."""
         q = self.db.q
         closing: list[_Gen] = []
+        if time.monotonic() - self._days_at >= _DAYS_EVERY:
+            await self.make_days()
         async with self.db.tx("ring upkeep") as conn:
             if not await conn.fetchval(q["ring_leader"], self.db.schema):
                 return
             now = time.monotonic()
-            if now - self._days_at >= _DAYS_EVERY:
-                await conn.execute(q["ring_make_days"], LOG_DAYS_AHEAD)
-                self._days_at = now
             gens = await self._gens(conn)
             await self._rotate(conn, gens)
             gens = await self._gens(conn)
@@ -275,6 +310,15 @@ class PgRing:
                 await self._prune(g.slot, g.gen)
         if time.monotonic() - self._free_at >= _LOOK_AT_FREE_EVERY:
             await self._empty_free_slots()
+
+    async def make_days(self) -> None:
+        """The outcome log's partitions of today and the next :data:`LOG_DAYS_AHEAD` days: made by
+        each process before its first ring claim (a completion needs its day) and then every
+        ten minutes."""
+        async with self.db.tx("ring days") as conn:
+            await conn.execute(self.db.q["ring_days_lock"], self.db.schema)
+            await conn.execute(self.db.q["ring_make_days"], LOG_DAYS_AHEAD)
+        self._days_at = time.monotonic()
 
     async def _rotate(self, conn: Any, gens: list[_Gen]) -> None:
         current = gens[0]
@@ -319,8 +363,10 @@ class PgRing:
                 await conn.execute(q["ring_truncate_slot"], slot)
                 if gen is not None:
                     await conn.execute(q["ring_mark"], gen, slot, "pruned")
-        except asyncpg.exceptions.LockNotAvailableError:
-            self.stats.prune_lock_timeouts += 1
+        except BackendError as exc:
+            if not isinstance(exc.__cause__, asyncpg.exceptions.LockNotAvailableError):
+                raise
+            self.stats.prune_lock_timeouts += 1  # a claim or a result holds the slot: next turn
             return False
         self.stats.spilled += int(spilled["spilled"])
         if gen is not None:

@@ -60,6 +60,44 @@ SELECT w.delivery_id, w.event_id, 1 AS attempts, e.event_type, e.payload, e.head
 FROM won w JOIN {schema}.events e ON e.id = w.event_id
 ORDER BY w.delivery_id;
 
+-- name: ring_claim_queue
+-- The claim from deliveries beside the ring (retries, spilled backlogs,
+-- prioritised and delayed deliveries): as `claim` in delivery.sql, taking
+-- only the rows whose place comes before the ring's next row (its publish
+-- time: a ring row is of priority 0, so its place is when it was published),
+-- so one batch takes both in place order. A separate statement, not a
+-- parameter of `claim`: a plan of `claim` that named the ring's partitions
+-- would lock all of them at every claim of a bus without the ring. $7: the
+-- window's slots, $8: the ring cursor.
+WITH claimed AS (
+    UPDATE {schema}.deliveries d
+    SET status = 'processing', attempts = d.attempts + 1,
+        lease_until = now() + $3 * interval '1 second', lease_token = $4, worker_id = $5,
+        ordering_key = NULL, updated_at = now()
+    WHERE d.id = ANY(ARRAY(
+        SELECT id FROM {schema}.deliveries
+        WHERE subscription_id = $1 AND status = 'pending' AND run_at <= now()
+          AND {schema}.claim_place(run_at, priority_wait) <= now() + $6 * interval '1 second'
+          AND {schema}.claim_place(run_at, priority_wait) <= coalesce((
+                SELECT r.enqueued_at FROM {schema}.ring_ready r
+                WHERE r.slot = ANY($7::smallint[]) AND r.subscription_id = $1 AND r.delivery_id > $8
+                  AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
+                                  WHERE c.slot = ANY($7::smallint[]) AND c.slot = r.slot
+                                    AND c.delivery_id = r.delivery_id)
+                ORDER BY r.delivery_id LIMIT 1), 'infinity')
+          AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
+        ORDER BY {schema}.claim_place(run_at, priority_wait), run_at, id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED))
+    RETURNING d.id, d.event_id, d.attempts, d.ordering_key, d.run_at,
+              {schema}.claim_place(d.run_at, d.priority_wait) AS place
+)
+SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
+       e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
+       e.version, e.priority, c.place
+FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
+ORDER BY c.place, c.run_at, c.id;
+
 -- name: ring_complete
 -- The completion of ring claims: one outcome row each, for the claims
 -- ($2 ids in the slots $3, $1 the distinct slots) still held under the token $4.
@@ -73,6 +111,18 @@ SELECT (c.claimed_at AT TIME ZONE 'UTC')::date, c.delivery_id, c.subscription_id
 FROM {schema}.ring_claims c
 JOIN unnest($2::bigint[], $3::smallint[]) AS t(id, slot) ON c.slot = t.slot AND c.delivery_id = t.id
 WHERE c.slot = ANY($1::smallint[]) AND c.lease_token = $4
+ON CONFLICT DO NOTHING
+RETURNING delivery_id;
+
+-- name: ring_complete_any
+-- As ring_complete, for claims whose slot the caller does not know (made by
+-- another process): the ids $2 under the token $3, looked up in the slots $1.
+INSERT INTO {schema}.delivery_log (claimed_on, delivery_id, subscription_id, event_id, status,
+                                   worker_id, enqueued_at, claimed_at)
+SELECT (c.claimed_at AT TIME ZONE 'UTC')::date, c.delivery_id, c.subscription_id, c.event_id,
+       'completed', c.worker_id, c.enqueued_at, c.claimed_at
+FROM {schema}.ring_claims c
+WHERE c.slot = ANY($1::smallint[]) AND c.delivery_id = ANY($2::bigint[]) AND c.lease_token = $3
 ON CONFLICT DO NOTHING
 RETURNING delivery_id;
 
@@ -116,12 +166,16 @@ RETURNING id;
 -- The ready rows of slot $1 that no claim took, into deliveries as pending
 -- rows in their place (run_at when published): the slot is about to be
 -- emptied (a backlog older than the ring, a paused subscription, a row a late
--- publish put in a slot already closed). Notifies, as a publish does.
+-- publish put in a slot already closed). A subscription made ordered since
+-- gets its ordering keys. Notifies, as a publish does.
 WITH moved AS (
-    INSERT INTO {schema}.deliveries (id, event_id, subscription_id, status, run_at)
+    INSERT INTO {schema}.deliveries (id, event_id, subscription_id, status, run_at, ordering_key)
     OVERRIDING SYSTEM VALUE
-    SELECT r.delivery_id, r.event_id, r.subscription_id, 'pending', r.enqueued_at
+    SELECT r.delivery_id, r.event_id, r.subscription_id, 'pending', r.enqueued_at,
+           CASE WHEN s.ordered THEN e.ordering_key END
     FROM {schema}.ring_ready r
+    JOIN {schema}.subscriptions s ON s.id = r.subscription_id
+    JOIN {schema}.events e ON e.id = r.event_id
     WHERE r.slot = $1
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
                       WHERE c.slot = $1 AND c.delivery_id = r.delivery_id)
@@ -132,6 +186,49 @@ WITH moved AS (
     WHERE s.id IN (SELECT DISTINCT subscription_id FROM moved)
 )
 SELECT (SELECT count(*) FROM moved) AS spilled, (SELECT count(*) FROM notified) AS notified;
+
+-- name: ring_evict
+-- Every ready row of subscription $2 in the slots $1 that no claim took, into
+-- deliveries as pending (with its ordering key if the subscription is
+-- ordered now): when a subscription becomes ordered (its FIFO per key is
+-- kept in deliveries) or is removed (its pending rows are cancelled there).
+-- Each row is fenced as a claim is: a tombstone claim (no worker, its lease
+-- over) and the outcome 'moved' under its key, so a claimer that locked the
+-- row first keeps it and this statement leaves it alone.
+WITH picked AS (
+    SELECT r.slot, r.delivery_id, r.event_id, r.subscription_id, r.enqueued_at
+    FROM {schema}.ring_ready r
+    WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
+                      WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
+                        AND c.delivery_id = r.delivery_id)
+    FOR UPDATE OF r SKIP LOCKED
+), taken AS (
+    INSERT INTO {schema}.ring_claims (slot, delivery_id, subscription_id, event_id, lease_token,
+                                      worker_id, lease_until, enqueued_at)
+    SELECT slot, delivery_id, subscription_id, event_id, gen_random_uuid(),
+           '00000000-0000-0000-0000-000000000000', now(), enqueued_at
+    FROM picked
+    ON CONFLICT DO NOTHING
+    RETURNING slot, delivery_id, subscription_id, event_id, enqueued_at, claimed_at
+), logged AS (
+    INSERT INTO {schema}.delivery_log (claimed_on, delivery_id, subscription_id, event_id, status,
+                                       enqueued_at, claimed_at)
+    SELECT (claimed_at AT TIME ZONE 'UTC')::date, delivery_id, subscription_id, event_id, 'moved',
+           enqueued_at, claimed_at
+    FROM taken
+    ON CONFLICT DO NOTHING
+    RETURNING delivery_id
+)
+INSERT INTO {schema}.deliveries (id, event_id, subscription_id, status, run_at, ordering_key)
+OVERRIDING SYSTEM VALUE
+SELECT t.delivery_id, t.event_id, t.subscription_id, 'pending', t.enqueued_at,
+       CASE WHEN s.ordered THEN e.ordering_key END
+FROM taken t
+JOIN logged l ON l.delivery_id = t.delivery_id
+JOIN {schema}.subscriptions s ON s.id = t.subscription_id
+JOIN {schema}.events e ON e.id = t.event_id
+RETURNING id;
 
 -- name: ring_unclaimed
 -- Whether a ready row of slot $1 has no claim. Every claim row of a slot is
@@ -187,6 +284,10 @@ SELECT {schema}.ring_truncate_slot($1::smallint);
 -- truncated and refilled partition has none, and a claim on it was planned as
 -- a scan and sort of the whole slot).
 SELECT {schema}.ring_analyze_slot($1::smallint);
+
+-- name: ring_days_lock
+-- Made one process at a time (concurrent CREATE TABLE of one name collide).
+SELECT pg_advisory_xact_lock(hashtext($1 || ':ring days'));
 
 -- name: ring_make_days
 -- The outcome log's partitions of today and the next $1 days (UTC).
