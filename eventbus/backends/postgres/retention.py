@@ -7,8 +7,10 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
+import asyncpg
 import orjson
 
+from ...errors import BackendError
 from .._observe import Override, shortest_cutoff
 from .._rows import row_as
 from ..ports import AuditBatch, OccurrenceBatch, PruneBatch, RollupBatch, WorkflowBatch
@@ -85,6 +87,8 @@ class PgRetention:
             shortest_cutoff(completed_seconds, dead_seconds, overrides),
         )
         await self._touch_lock()
+        if self.db.append_only and after_event_id == 0 and completed_seconds is not None and not dry_run:
+            await self._drop_days(completed_seconds)
         async with self.db.conn() as conn, conn.transaction():
             # Never queue behind (or in front of) another lock holder for long.
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
@@ -92,6 +96,18 @@ class PgRetention:
             row = await conn.fetchrow(self.q["prune_batch"], *args, events_may_go)
         # ``young`` is NULL for an empty batch (the end of the log).
         return row_as(PruneBatch, row, last_event_id=row["last_id"], young=bool(row["young"]))
+
+    async def _drop_days(self, completed_seconds: float) -> None:
+        """The append-only ring's completed deliveries: whole days of the outcome log, by DROP
+        TABLE (a day is dropped once it ended more than the completed retention ago). A drop
+        that would wait for a reader is left to the next pass."""
+        try:
+            async with self.db.conn() as conn, conn.transaction():
+                await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                await conn.fetchval(self.q["ring_drop_days"], completed_seconds, 30)
+        except BackendError as exc:
+            if not isinstance(exc.__cause__, asyncpg.exceptions.LockNotAvailableError):
+                raise
 
     async def prune_occurrences(
         self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False

@@ -72,7 +72,7 @@ from ...errors import BackendError
 from ...types import DeliveryId
 from ._db import PgDb
 
-__all__ = ["RING_SLOTS", "PgRing", "RingStats", "evict", "generations"]
+__all__ = ["RING_SLOTS", "PgRing", "RingStats", "evict", "generations", "to_queue"]
 
 log = logging.getLogger("eventbus.ring")
 
@@ -144,7 +144,18 @@ async def evict(conn: Any, db: PgDb, subscription_id: int) -> int:
     if not db.append_only:
         return 0
     slots = [g.slot for g in await generations(conn, db)]
-    return len(await conn.fetch(db.q["ring_evict"], slots, subscription_id))
+    return len(await conn.fetch(db.q["ring_evict"], slots, subscription_id, None))
+
+
+async def to_queue(conn: Any, db: PgDb, ids: Sequence[int]) -> None:
+    """Move the ring deliveries among ``ids`` into ``deliveries`` (open claims as processing under
+    their lease, unclaimed rows as pending), in the caller's transaction: an operator's action by
+    id (cancel, release, retry now) is then the same statement with or without the ring."""
+    if not db.append_only or not ids:
+        return
+    slots = [g.slot for g in await generations(conn, db)]
+    await conn.fetch(db.q["ring_move"], slots, list(ids), None, None, False, len(ids))
+    await conn.fetch(db.q["ring_evict"], slots, None, list(ids))
 
 
 @dataclass

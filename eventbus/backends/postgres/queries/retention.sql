@@ -36,7 +36,9 @@ SELECT 1;
 -- shortest cutoff of all) with their attempt history, then the events of the batch older than
 -- $3 and, when keyed, than the dedup window $5, with no delivery left (only
 -- when $11: this batch holds prune_backfill_guard). A
--- pending, processing or retained dead delivery keeps its event. Rows another
+-- pending, processing or retained dead delivery keeps its event (so does a
+-- delivery in the append-only ring; a completed one there is history in the
+-- outcome log, whose days go by DROP: see ring_drop_days). Rows another
 -- transaction holds (a replay) are skipped, never waited for. Data-modifying
 -- CTEs share one snapshot, so the deliveries deleted here are excluded by id.
 WITH batch AS (
@@ -71,6 +73,8 @@ WITH batch AS (
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
+      -- nor a delivery in the append-only ring (a bounded table: hashed once)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id)
 ), events_gone AS (
     DELETE FROM {schema}.events e USING events_doomed x WHERE e.id = x.id AND NOT $6
     RETURNING e.id

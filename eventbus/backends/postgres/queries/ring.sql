@@ -188,17 +188,20 @@ WITH moved AS (
 SELECT (SELECT count(*) FROM moved) AS spilled, (SELECT count(*) FROM notified) AS notified;
 
 -- name: ring_evict
--- Every ready row of subscription $2 in the slots $1 that no claim took, into
--- deliveries as pending (with its ordering key if the subscription is
--- ordered now): when a subscription becomes ordered (its FIFO per key is
--- kept in deliveries) or is removed (its pending rows are cancelled there).
+-- Every ready row in the slots $1 of subscription $2 (NULL: any) among the
+-- ids $3 (NULL: any) that no claim took, into deliveries as pending (with
+-- its ordering key if the subscription is ordered now): when a subscription
+-- becomes ordered (its FIFO per key is kept in deliveries) or is removed (its
+-- pending rows are cancelled there), before an operator's action by id.
 -- Each row is fenced as a claim is: a tombstone claim (no worker, its lease
 -- over) and the outcome 'moved' under its key, so a claimer that locked the
 -- row first keeps it and this statement leaves it alone.
 WITH picked AS (
     SELECT r.slot, r.delivery_id, r.event_id, r.subscription_id, r.enqueued_at
     FROM {schema}.ring_ready r
-    WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2
+    WHERE r.slot = ANY($1::smallint[])
+      AND ($2::int IS NULL OR r.subscription_id = $2::int)
+      AND ($3::bigint[] IS NULL OR r.delivery_id = ANY($3::bigint[]))
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
                       WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
                         AND c.delivery_id = r.delivery_id)
