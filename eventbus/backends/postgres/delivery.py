@@ -428,6 +428,10 @@ class PgDeliveries:
         """Seconds until the next claimable delivery is due, or None (see ``DeliveryStore``)."""
         since = None if after is None or self.ring is not None else after[1]  # the cursor's run_at
         async with self.db.conn("next_run_in") as conn:
+            if self.ring is not None:
+                window = await self.ring.claimable(conn)
+                if await conn.fetchval(self.q["ring_waiting"], window, subscription_id):
+                    return 0.0
             value = await conn.fetchval(self.q["next_run_in"], subscription_id, since)
         return None if value is None else float(value)
 

@@ -23,7 +23,15 @@ from ...conftest import Target
 from .machine import DeliveryMachine, Harness, Item
 from .model import Sub
 
-TABLES = ("delivery_attempts", "deliveries", "events", "kept_keys")
+TABLES = (
+    "delivery_attempts",
+    "deliveries",
+    "events",
+    "kept_keys",
+    "ring_ready",
+    "ring_claims",
+    "delivery_log",
+)
 """What an example leaves behind; deleting it is far cheaper than a new schema per example."""
 
 PROFILES = {"ci": (40, 15, 120), "medium": (300, 40, 3600), "long": (2000, 80, 4 * 3600)}
@@ -44,8 +52,10 @@ for _name, (_runs, _steps, _) in PROFILES.items():
 PROFILE = os.environ.get("EVENTBUS_HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in PROFILES:
     raise pytest.UsageError(f"EVENTBUS_HYPOTHESIS_PROFILE={PROFILE!r}: use one of {', '.join(PROFILES)}")
-BACKENDS = ["sqlite", "postgres"] + ([] if PROFILE == "ci" else ["postgres-pgbouncer"])
-"""The longer runs go through PgBouncer in transaction mode too."""
+BACKENDS = ["sqlite", "postgres", "postgres-append-only"] + (
+    [] if PROFILE == "ci" else ["postgres-pgbouncer"]
+)
+"""PostgreSQL with the append-only hot path too; the longer runs go through PgBouncer in transaction mode."""
 
 
 def _subscribe(bus: Bus) -> None:
@@ -95,7 +105,7 @@ def test_the_delivery_contract_holds_in_any_interleaving(target: Target) -> None
         conn = None if target.kind == "sqlite" else portal.call(asyncpg.connect, target.direct_dsn)
         try:
             reset = _sqlite_reset(target) if conn is None else _postgres_reset(target, conn, portal)
-            harness = Harness(portal, bus, subs, reset)
+            harness = Harness(portal, bus, subs, reset, prunes_by_row=not target.options.get("append_only"))
             machine = type("DeliveryContract", (DeliveryMachine,), {"harness": harness})
             run_state_machine_as_test(machine, settings=settings.get_profile(PROFILE))
         finally:

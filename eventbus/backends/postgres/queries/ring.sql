@@ -98,6 +98,17 @@ SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e
 FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
 ORDER BY c.place, c.run_at, c.id;
 
+-- name: ring_waiting
+-- Whether subscription $2 (active) has a ready row no claim took in the slots
+-- $1: then its next claim is due now (every ring row is due when published).
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.ring_ready r
+    WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
+                      WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
+                        AND c.delivery_id = r.delivery_id))
+   AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $2 AND state = 'active');
+
 -- name: ring_complete
 -- The completion of ring claims: one outcome row each, for the claims
 -- ($2 ids in the slots $3, $1 the distinct slots) still held under the token $4.
