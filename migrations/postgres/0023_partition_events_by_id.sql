@@ -138,7 +138,7 @@ BEGIN
     END IF;
     IF cur.name IS NULL
        OR (now() - cur.opened_at < max_age_seconds * interval '1 second'
-           AND last - cur.lo < fill * (cur.hi - cur.lo)) THEN
+           AND last - cur.lo + 1 < fill * (cur.hi - cur.lo)) THEN
         RETURN NULL;
     END IF;
     -- Close: the next id drawn is the first of the chunk ahead. nextval is

@@ -8,7 +8,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["AuditBatch", "ChunkPass", "OccurrenceBatch", "PruneBatch", "RetentionStore", "RollupBatch", "WorkflowBatch"]
+__all__ = [
+    "AuditBatch",
+    "ChunkPass",
+    "OccurrenceBatch",
+    "PruneBatch",
+    "RetentionStore",
+    "RollupBatch",
+    "WorkflowBatch",
+]
 
 
 class PruneBatch(msgspec.Struct, frozen=True):
