@@ -70,7 +70,7 @@ async def test_a_chunk_closes_by_age_and_the_ids_jump_to_the_next(pg_bus, sql) -
     kept = await pg_bus.prune(retention=Retention(completed_retention=KEEP, event_chunk_ids=100))
     assert kept.event_chunks == 0 and [c[3] for c in await _chunks(sql)] == [False, False]  # a day not over
     await pg_bus.prune(retention=ROTATE)
-    (old, _, old_hi, closed), (new, new_lo, _, _), ahead = await _chunks(sql)
+    (_, _, old_hi, closed), (new, new_lo, _, _), ahead = await _chunks(sql)
     assert closed and ahead[2] - ahead[1] == 100  # the next chunk is ready ahead
     second = (await pg_bus.publish(OrderPlaced(order_id="b"))).event_id
     assert first < old_hi <= second == new_lo
@@ -211,7 +211,7 @@ async def test_the_claim_and_a_lookup_by_id_read_one_chunk(pg_target) -> None:
     q, conn, s = await migrated(pg_target)
     try:
         sub = await subscription(conn, s)
-        for n in range(3):  # three chunks of 1,000 events, each closed
+        for _ in range(3):  # three chunks of 1,000 events, each closed
             await conn.execute(
                 f"INSERT INTO {s}.events (event_type, payload) "
                 "SELECT 'order.placed', '{}'::bytea FROM generate_series(1, 1000)"

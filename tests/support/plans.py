@@ -9,7 +9,7 @@ import asyncpg
 
 
 def is_part_of(name: str | None, table: str) -> bool:
-    """Whether a plan's relation is ``table`` or one of its partitions (the chunks of events on PostgreSQL)."""
+    """Whether a plan's relation is ``table`` or one of its partitions (the event log's chunks)."""
     return name is not None and (
         name == table or re.fullmatch(re.escape(table) + r"_(\d+|kept)", name) is not None
     )
