@@ -244,3 +244,60 @@ async def test_the_claim_and_a_lookup_by_id_read_one_chunk(pg_target) -> None:
             assert len(partitions_read(plan, "events")) == 1, plan
     finally:
         await conn.close()
+
+
+SEED_0022 = """
+INSERT INTO {s}.subscriptions (name, event_type, max_attempts, lease_seconds)
+VALUES ('h', 'test.order_placed', 1, 30);
+INSERT INTO {s}.events (event_type, key, payload)
+SELECT 'test.order_placed', CASE WHEN g % 10 = 0 THEN 'k' || g END,
+       convert_to('{{"order_id":"' || g || '"}}', 'UTF8')
+FROM generate_series(1, 1000) g;
+INSERT INTO {s}.deliveries (event_id, subscription_id, status)
+SELECT id, (SELECT id FROM {s}.subscriptions),
+       CASE WHEN id <= 500 THEN 'pending' WHEN id <= 503 THEN 'dead' ELSE 'completed' END
+FROM {s}.events;
+"""
+
+
+async def test_a_log_migrated_from_0022_becomes_the_first_chunk(pg_target, sql) -> None:
+    """Events, pending deliveries and dead letters written before the log had chunks carry on."""
+    from eventbus.backends._migrations import discover
+
+    s = f'"{pg_target.schema}"'
+    bus = pg_target.bus()
+    try:
+        q = bus.backend.db.q
+        await sql.execute(f"CREATE SCHEMA {s}")
+        await sql.execute(q["migrations_table"])
+        for m in [m for m in discover("postgres") if m.version <= 22]:
+            async with sql.transaction():
+                await sql.execute(m.sql.replace("{schema}", s))
+                await sql.execute(q["migration_record"], m.version, m.name, m.checksum)
+        await sql.execute(SEED_0022.format(s=s))
+        assert await bus.migrate() == [m.name for m in discover("postgres") if m.version > 22]
+        assert await sql.fetchval("SELECT count(*) FROM events_0") == 1000
+        assert await sql.fetchval("SELECT count(*) FROM event_keys") == 100
+        dup = await bus.publish(OrderPlaced(order_id="10"), key="k10")
+        assert dup.duplicate and dup.event_id == 10
+        fresh = await bus.publish(OrderPlaced(order_id="new"), key="new")
+        assert not fresh.duplicate and fresh.event_id > 1000
+
+        refuse = [True]
+
+        @bus.subscribe(OrderPlaced, name="h", retry=RetryPolicy(max_attempts=1))
+        async def h(event: OrderPlaced, ctx: Context) -> None:
+            if refuse[0] and event.order_id == "new":
+                raise DeadLetter("refused")
+
+        await drain(bus)  # the 500 pending ones and the new event
+        refuse[0] = False
+        assert await bus.replay(DeliveryFilter(status="dead")) == 4  # three old, one new
+        await drain(bus)
+        report = await bus.prune(retention=DROP)
+        assert report.events == 1001 and not await _exists(sql, f"{s}.events_0")  # with the new one
+        assert await sql.fetchval("SELECT count(*) FROM deliveries WHERE status <> 'completed'") == 0
+        again = await bus.publish(OrderPlaced(order_id="10"), key="k10")
+        assert not again.duplicate and again.event_id > fresh.event_id
+    finally:
+        await bus.aclose()
