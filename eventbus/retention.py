@@ -14,8 +14,8 @@ in its own short transaction:
   log is cut in chunks of ids (one a day by default, ``event_chunk_seconds``)
   and events go a chunk at a time, by dropping the chunk's table: when it
   closed ``completed_retention`` ago, the few events of it that must stay
-  (at most ``batch_size``) move out under their ids and the rest go with the
-  table; a chunk with more waits. Event ids keep increasing but jump at the
+  (at most ``batch_size * max_batches``) move out under their ids and the
+  rest go with the table; a chunk with more waits. Event ids keep increasing but jump at the
   start of each chunk;
 - a schedule occurrence (fired or skipped) once its time is
   ``occurrence_retention`` past; requested and buffered ones wait to fire
@@ -259,7 +259,7 @@ class Pruner:
                 dedup_seconds=r.dedup_window.total_seconds(),
                 chunk_seconds=r.event_chunk_seconds,
                 chunk_ids=r.event_chunk_ids,
-                max_survivors=r.batch_size,
+                max_survivors=r.batch_size * r.max_batches,
                 dry_run=dry_run,
                 overrides=_overrides(r),
             )

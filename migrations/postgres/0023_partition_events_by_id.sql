@@ -169,32 +169,24 @@ BEGIN
     END IF;
 END $$;
 
--- Drop a closed chunk (the caller found it closed longer ago than the
--- retention) and count what went. survivors: the ids of its events to keep
--- (a delivery left, a key inside its dedup window), found by the caller under
--- lock_event_chunk in the same transaction. They move to events_kept under
--- their own ids, with their keys. The keys of the other events go. The DROP
--- locks the parent briefly (under the caller's lock_timeout). Returns the
--- number of events dropped.
+-- Drop a closed chunk, locked by lock_event_chunk in this transaction (the
+-- caller found it closed longer ago than the retention), keeping the events
+-- survivors (a delivery of theirs left, a key inside its dedup window): they
+-- move to events_kept under their own ids, their keys with them. The DROP
+-- locks the parent (under the caller's lock_timeout) until the transaction
+-- ends, so the events kept are inserted after it: the fewer, the shorter.
+-- Returns the number of events kept.
 CREATE FUNCTION {schema}.drop_event_chunk(chunk text, survivors bigint[])
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     c {schema}.event_chunks;
     kept {schema}.events[];
-    n bigint;
 BEGIN
-    SELECT * INTO c FROM {schema}.event_chunks WHERE name = chunk AND closed_at IS NOT NULL;
-    IF NOT FOUND THEN
-        RETURN 0;
-    END IF;
+    SELECT * INTO STRICT c FROM {schema}.event_chunks WHERE name = chunk AND closed_at IS NOT NULL;
     kept := ARRAY(SELECT e FROM {schema}.events e
                   WHERE e.id >= c.lo AND e.id < c.hi AND e.id = ANY(survivors));
-    SELECT count(*) INTO n FROM {schema}.events e WHERE e.id >= c.lo AND e.id < c.hi;
-    DELETE FROM {schema}.event_keys k USING {schema}.events e
-    WHERE e.id >= c.lo AND e.id < c.hi AND e.key IS NOT NULL AND NOT e.id = ANY(survivors)
-      AND k.event_type = e.event_type AND k.key = e.key AND k.event_id = e.id;
     EXECUTE format('DROP TABLE {schema}.%I', chunk);
     INSERT INTO {schema}.events SELECT (k).* FROM unnest(kept) AS k;
     DELETE FROM {schema}.event_chunks WHERE name = chunk;
-    RETURN n - cardinality(kept);
+    RETURN cardinality(kept);
 END $$;

@@ -19,6 +19,9 @@ __all__ = ["PgRetention"]
 
 _BUSY = (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.DeadlockDetectedError)
 
+_KEY_BATCH = 10_000
+"""Events read per transaction of the walk that deletes a closed chunk's keys."""
+
 CHUNK_FILL = 0.9
 """A chunk this full closes whatever its age, so a publish never runs out of ids in it."""
 
@@ -126,12 +129,11 @@ class PgRetention:
         if completed_seconds is None:
             return ChunkPass()
         async with self.db.conn() as conn:
-            names = [r["name"] for r in await conn.fetch(self.q["chunks_past"], completed_seconds)]
+            chunks = await conn.fetch(self.q["chunks_past"], completed_seconds)
         cutoffs = (completed_seconds, dead_seconds, dedup_seconds, max_survivors, dry_run, overrides)
         done = ChunkPass()
-        for name in names:
-            await self._touch_lock()
-            one = await self._drop_chunk(name, *cutoffs)
+        for chunk in chunks:
+            one = await self._drop_chunk(chunk["name"], chunk["lo"], chunk["hi"], *cutoffs)
             done = ChunkPass(
                 events=done.events + one.events, chunks=done.chunks + one.chunks,
                 pinned=done.pinned + one.pinned, busy=done.busy + one.busy,
@@ -141,6 +143,8 @@ class PgRetention:
     async def _drop_chunk(
         self,
         name: str,
+        lo: int,
+        hi: int,
         completed_seconds: float,
         dead_seconds: float | None,
         dedup_seconds: float,
@@ -148,8 +152,18 @@ class PgRetention:
         dry_run: bool,
         overrides: Sequence[Override],
     ) -> ChunkPass:
-        """One chunk in one short transaction: lock it, find the events that stay, drop the rest."""
+        """One chunk: its keys that go, in batches; then, in one short transaction, the drop.
+
+        Every claim of the database locks each chunk (a generic plan of the
+        claim's join locks every partition before it prunes them), so the
+        drop's transaction, which holds the chunk's lock, reads no more than
+        the deliveries left in the chunk's range before it drops it.
+        """
+        await self._touch_lock()
+        if not dry_run:
+            await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
         async with self.db.conn() as conn:
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
             try:
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '200ms'")
@@ -159,7 +173,6 @@ class PgRetention:
                     chunk = await conn.fetchrow(self.q["lock_chunk"], name)
                     if chunk is None:  # no longer a closed chunk
                         return ChunkPass()
-                    lo, hi = chunk["lo"], chunk["hi"]
                     rows = await conn.fetch(
                         self.q["chunk_survivors"], lo, hi, chunk["closed_at"], dedup_seconds, dry_run,
                         completed_seconds, dead_seconds, [o[0] for o in overrides],
@@ -167,14 +180,20 @@ class PgRetention:
                     )  # fmt: skip
                     if len(rows) > max_survivors:
                         return ChunkPass(pinned=1)
-                    survivors = [r["id"] for r in rows]
                     if dry_run:
-                        size = await conn.fetchval(self.q["chunk_size"], lo, hi)
-                        return ChunkPass(events=size - len(survivors), chunks=1)
-                    events = await conn.fetchval(self.q["drop_chunk"], name, survivors)
-                    return ChunkPass(events=events, chunks=1)
+                        return ChunkPass(events=size - len(rows), chunks=1)
+                    kept = await conn.fetchval(self.q["drop_chunk"], name, [r["id"] for r in rows])
+                    return ChunkPass(events=size - kept, chunks=1)
             except _BUSY:  # a lock not granted within lock_timeout: next pass
                 return ChunkPass(busy=1)
+
+    async def _forget_keys(self, lo: int, hi: int, dedup_seconds: float, batch: int) -> None:
+        """Delete the keys of a closed chunk's events that will go with it, a batch per transaction."""
+        after: int | None = lo - 1
+        while after is not None:
+            await self._touch_lock()
+            async with self.db.conn() as conn:
+                after = await conn.fetchval(self.q["chunk_forget_keys"], after, hi, batch, dedup_seconds)
 
     async def prune_occurrences(
         self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False

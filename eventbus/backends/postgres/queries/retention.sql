@@ -99,7 +99,7 @@ SELECT {schema}.rotate_event_chunks($1, $2, $3);
 -- name: chunks_past
 -- The closed chunks closed more than $1 seconds ago (every event in one is
 -- at least that old), oldest first: those retention may drop.
-SELECT name FROM {schema}.event_chunks
+SELECT name, lo, hi FROM {schema}.event_chunks
 WHERE closed_at < now() - $1::float8 * interval '1 second'
 ORDER BY lo;
 
@@ -138,12 +138,30 @@ WHERE $3::timestamptz >= now() - $4::float8 * interval '1 second'
   AND e.created_at >= now() - $4::float8 * interval '1 second';
 
 -- name: chunk_size
--- The events of the chunk [$1, $2) (a dry run's count).
+-- The events of the chunk [$1, $2), read before it is locked (it is closed:
+-- only a publish that drew its id before it closed may still add one).
 SELECT count(*) FROM {schema}.events WHERE id >= $1 AND id < $2;
+
+-- name: chunk_forget_keys
+-- One batch of the walk over a closed chunk before its drop, outside the
+-- drop's lock: the next $3 events after $1 below $2 (a range read of the
+-- chunk's primary key), and the keys of those that will go with it: older
+-- than the dedup window $4 and without a delivery (the others stay with
+-- their keys). The last id read, NULL at the end of the chunk.
+WITH batch AS (
+    SELECT id, event_type, key, created_at FROM {schema}.events
+    WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+), gone AS (
+    DELETE FROM {schema}.event_keys k USING batch b
+    WHERE b.key IS NOT NULL AND b.created_at < now() - $4::float8 * interval '1 second'
+      AND k.event_type = b.event_type AND k.key = b.key AND k.event_id = b.id
+      AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = b.id)
+)
+SELECT max(id) FROM batch;
 
 -- name: drop_chunk
 -- Drop the locked chunk $1, keeping the events $2 (see drop_event_chunk);
--- the number of events dropped.
+-- the number of events kept.
 SELECT {schema}.drop_event_chunk($1, $2::bigint[]);
 
 -- name: prune_record
