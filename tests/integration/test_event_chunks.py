@@ -78,6 +78,16 @@ async def test_a_chunk_closes_by_age_and_the_ids_jump_to_the_next(pg_bus, sql) -
     assert (await pg_bus.trace(first)).id == first  # the closed chunk is still read
 
 
+async def test_a_worker_back_after_days_idle_closes_the_stale_chunk_at_its_first_pass(pg_bus, sql) -> None:
+    await pg_bus.publish(OrderPlaced(order_id="before"))
+    await sql.execute("UPDATE event_chunks SET opened_at = now() - interval '3 days' WHERE opened_at IS NOT NULL")
+    stale = (await _open(sql))[0]
+    late = await pg_bus.publish(OrderPlaced(order_id="while idle"))  # still lands, in the stale chunk
+    await pg_bus.prune(retention=Retention())  # the defaults: a chunk a day, kept a week
+    assert (await _open(sql))[0] != stale
+    assert (await pg_bus.publish(OrderPlaced(order_id="after"))).event_id > late.event_id
+
+
 async def test_a_chunk_closes_when_nearly_full_and_a_publish_past_every_chunk_still_lands(
     pg_bus, sql
 ) -> None:

@@ -152,8 +152,9 @@ class RetentionStore(Protocol):
         (by the guarantees above): the few that stay, at most
         ``max_survivors``, outlive the chunk under their ids, and a chunk with
         more is kept. A lock not granted at once leaves a chunk to the next
-        pass. A backend whose log has no chunks (SQLite) deletes its events
-        in :meth:`prune_batch` and does nothing here.
+        pass. The open chunk closes when due on a dry run too (closing
+        deletes nothing). A backend whose log has no chunks (SQLite) deletes
+        its events in :meth:`prune_batch` and does nothing here.
         """
         ...
 
