@@ -80,7 +80,9 @@ async def test_a_chunk_closes_by_age_and_the_ids_jump_to_the_next(pg_bus, sql) -
 
 async def test_a_worker_back_after_days_idle_closes_the_stale_chunk_at_its_first_pass(pg_bus, sql) -> None:
     await pg_bus.publish(OrderPlaced(order_id="before"))
-    await sql.execute("UPDATE event_chunks SET opened_at = now() - interval '3 days' WHERE opened_at IS NOT NULL")
+    await sql.execute(
+        "UPDATE event_chunks SET opened_at = now() - interval '3 days' WHERE opened_at IS NOT NULL"
+    )
     stale = (await _open(sql))[0]
     late = await pg_bus.publish(OrderPlaced(order_id="while idle"))  # still lands, in the stale chunk
     await pg_bus.prune(retention=Retention())  # the defaults: a chunk a day, kept a week
