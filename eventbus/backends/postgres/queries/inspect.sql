@@ -196,12 +196,18 @@ GROUP BY 1;
 
 -- name: health_tables
 -- Size and dead tuples of the bus's tables: what decides whether a queue
--- table degrades (dead index entries walked by every claim).
-SELECT t.relname AS table, t.n_live_tup AS live_tuples, t.n_dead_tup AS dead_tuples,
-       pg_total_relation_size(t.relid) AS total_bytes, t.last_autovacuum
+-- table degrades (dead index entries walked by every claim). The chunks of
+-- the event log are summed into their table (events); a chunk the pruner
+-- drops meanwhile has no size any more and is left out.
+SELECT r.relname AS table, sum(t.n_live_tup)::bigint AS live_tuples,
+       sum(t.n_dead_tup)::bigint AS dead_tuples,
+       sum(pg_total_relation_size(t.relid))::bigint AS total_bytes,
+       max(t.last_autovacuum) AS last_autovacuum
 FROM pg_stat_user_tables t
-WHERE t.schemaname = $1
-ORDER BY t.relname;
+JOIN pg_class r ON r.oid = coalesce(pg_partition_root(t.relid), t.relid)
+WHERE t.schemaname = $1 AND pg_total_relation_size(t.relid) IS NOT NULL
+GROUP BY r.relname
+ORDER BY r.relname;
 
 -- name: health_horizon
 -- The oldest other transaction holding a snapshot or an xid: while it runs,
