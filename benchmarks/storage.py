@@ -12,11 +12,14 @@ phase's counters are complete when the next one starts):
 - ``drain``: one burst worker (concurrency 200, batch 100) completes them;
 - ``retention``: one pass of the bus's retention as it runs today
   (``bus.prune`` with a completed retention of zero: batched deletes of the
-  completed deliveries and their events).
+  completed deliveries; on PostgreSQL the chunk of the events is closed and
+  dropped).
 
 Per completed delivery and per phase: updates plus deletes on the bus's
 tables (``n_tup_upd + n_tup_del`` of ``pg_stat_user_tables``, the tuples each
-statement left dead), the dead tuples not yet vacuumed (``n_dead_tup``), WAL
+statement left dead), and of those on the event log's tables alone (events
+and its chunks, event_keys, event_chunks, kept_keys: ``event_updates_deletes``;
+a chunk dropped whole leaves none), the dead tuples not yet vacuumed (``n_dead_tup``), WAL
 bytes, and the growth of the tables with their indexes
 (``pg_total_relation_size``). ``wal_bytes`` is the run's own WAL, read with
 the ``pg_walinspect`` extension (created in the scratch schema, dropped with
@@ -56,6 +59,9 @@ _COUNTERS = """
 SELECT pg_current_wal_lsn()::text AS lsn,
        coalesce(sum(s.n_tup_ins), 0)::bigint AS inserts,
        coalesce(sum(s.n_tup_upd + s.n_tup_del), 0)::bigint AS writes,
+       coalesce(sum(s.n_tup_upd + s.n_tup_del)
+                FILTER (WHERE s.relname ~ '^(events|event_keys|event_chunks|kept_keys)'), 0)::bigint
+           AS event_writes,
        coalesce(sum(s.n_dead_tup), 0)::bigint AS dead,
        coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint AS bytes
 FROM pg_stat_user_tables s
@@ -227,6 +233,7 @@ async def _per_delivery(
     wal_all, wal_own = await wal_between(dsn, schema, before["lsn"], after["lsn"])
     return {
         "updates_deletes": (after["writes"] - before["writes"]) / n,
+        "event_updates_deletes": (after["event_writes"] - before["event_writes"]) / n,
         "inserts": (after["inserts"] - before["inserts"]) / n,
         "wal_bytes": (wal_all if wal_own is None else wal_own) / n,
         "wal_bytes_cluster": wal_all / n,

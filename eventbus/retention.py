@@ -10,7 +10,13 @@ in its own short transaction:
 - a dead delivery once it died ``dead_retention`` ago, with its history;
 - an event once it is older than ``completed_retention``, no delivery of it
   remains (so no pending, processing or dead delivery ever loses its event),
-  and, if it has a key, it is older than ``dedup_window``;
+  and, if it has a key, it is older than ``dedup_window``. On PostgreSQL the
+  log is cut in chunks of ids (one a day by default, ``event_chunk_seconds``)
+  and events go a chunk at a time, by dropping the chunk's table: when it
+  closed ``completed_retention`` ago, the few events of it that must stay
+  (at most ``batch_size * max_batches``) move out under their ids and the
+  rest go with the table; a chunk with more waits. Event ids keep increasing but jump at the
+  start of each chunk;
 - a schedule occurrence (fired or skipped) once its time is
   ``occurrence_retention`` past; requested and buffered ones wait to fire
   and stay;
@@ -76,6 +82,10 @@ class Retention(msgspec.Struct, frozen=True):
     :param audit_retention: keep the audit trail's rows (:mod:`eventbus.audit`) this long.
     :param rollup_retention: keep the throughput rollup the charts read
         (:mod:`eventbus.throughput`) this long: at least a day for the day's charts.
+    :param event_chunk_seconds: on PostgreSQL, how long a chunk of the event
+        log takes new events (at most ``completed_retention``): the grain in
+        which events go. A chunk also closes when 90% of its ids are drawn.
+    :param event_chunk_ids: on PostgreSQL, the ids of each new chunk.
     """
 
     completed_retention: timedelta | None = timedelta(days=7)
@@ -89,6 +99,8 @@ class Retention(msgspec.Struct, frozen=True):
     workflow_retention: timedelta | None = timedelta(days=30)
     audit_retention: timedelta | None = timedelta(days=90)
     rollup_retention: timedelta | None = timedelta(days=2)
+    event_chunk_seconds: float = 86400.0
+    event_chunk_ids: int = 2**32
 
     def __post_init__(self) -> None:
         names = (
@@ -105,6 +117,10 @@ class Retention(msgspec.Struct, frozen=True):
                 raise ConfigurationError(f"Retention.{name} cannot be negative")
         if self.batch_size < 1 or self.max_batches < 1:
             raise ConfigurationError("Retention.batch_size and max_batches must be at least 1")
+        if self.event_chunk_seconds < 0:
+            raise ConfigurationError("Retention.event_chunk_seconds cannot be negative")
+        if not 100 <= self.event_chunk_ids <= 2**52:
+            raise ConfigurationError("Retention.event_chunk_ids must be between 100 and 2**52")
 
 
 class PruneReport(msgspec.Struct):
@@ -114,6 +130,8 @@ class PruneReport(msgspec.Struct):
     dead_deliveries: int = 0
     attempts: int = 0
     events: int = 0
+    event_chunks: int = 0
+    """Chunks of the event log dropped (PostgreSQL), their events counted in ``events``."""
     occurrences: int = 0
     """Schedule occurrences."""
     workflows: int = 0
@@ -182,6 +200,7 @@ class Pruner:
                 return report
             budget = max_batches or self.retention.max_batches
             await self._walk(report, dry_run, budget, progress)
+            await self._chunks(report, dry_run)
             # Past schedule occurrences, finished workflow instances with what
             # they left, the audit trail and the throughput rollup.
             r, store, walk = self.retention, self.store, self._walk_table
@@ -229,6 +248,23 @@ class Pruner:
             cursor = batch.last_event_id
         if not dry_run:
             self.cursor = cursor
+
+    async def _chunks(self, report: PruneReport, dry_run: bool) -> None:
+        """Drop the chunks of the event log past retention (PostgreSQL; see ``prune_chunks``)."""
+        r = self.retention
+        with anyio.CancelScope(shield=True):  # each chunk is one short transaction
+            done = await self.store.prune_chunks(
+                completed_seconds=_seconds(r.completed_retention),
+                dead_seconds=_seconds(r.dead_retention),
+                dedup_seconds=r.dedup_window.total_seconds(),
+                chunk_seconds=r.event_chunk_seconds,
+                chunk_ids=r.event_chunk_ids,
+                max_survivors=r.batch_size * r.max_batches,
+                dry_run=dry_run,
+                overrides=_overrides(r),
+            )
+        report.events += done.events
+        report.event_chunks += done.chunks
 
     async def _walk_table(
         self,

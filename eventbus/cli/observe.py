@@ -110,9 +110,11 @@ def trace(obj: Obj, event_id: int, as_json: bool, limit: int) -> None:
 
 def _summary(report: PruneReport) -> str:
     verb = "would delete" if report.dry_run else "deleted"
+    # On PostgreSQL events go a chunk of the log at a time.
+    chunks = f" in {report.event_chunks} chunks of the log" if report.event_chunks else ""
     return (
         f"{verb}: {report.completed_deliveries} completed, {report.dead_deliveries} dead deliveries, "
-        f"{report.events} events, {report.occurrences} schedule occurrences, {report.workflows} "
+        f"{report.events} events{chunks}, {report.occurrences} schedule occurrences, {report.workflows} "
         f"finished workflows ({report.workflow_rows} rows), {report.audit_rows} audit rows, "
         f"{report.rollup_rows} throughput rollup rows ({report.batches} batches)"
     )

@@ -9,6 +9,7 @@ however old they are. Dead letters: see ``test_dead_letter_plan``.
 from __future__ import annotations
 
 import json
+import re
 
 import asyncpg
 import pytest
@@ -94,7 +95,8 @@ async def test_a_key_is_looked_up_by_its_event_type_not_scanned_for(seeded) -> N
     page = await _plan(conn, q, "find_deliveries", flt, None, 51)
     count = await _plan(conn, q, "count_deliveries", flt, 10_001)
     for plan in (page, count):
-        assert "events_type_key" in json.dumps(plan), plan
+        # The index, or on PostgreSQL its copy on the event log's chunk.
+        assert re.search(r"events_type_key|events_\d+_event_type_key_idx", json.dumps(plan)), plan
         top = plan["Plan"]
         assert top["Actual Rows"] == 1, plan
         assert top["Shared Hit Blocks"] + top["Shared Read Blocks"] <= 30, plan

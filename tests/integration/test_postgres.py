@@ -277,7 +277,12 @@ async def test_claim_and_complete_plans_stay_on_indexes(pg_bus, pg_target) -> No
     finally:
         await conn.close()
     claim_nodes = _nodes(claim)
-    assert not [n for n in claim_nodes if n["Node Type"] == "Seq Scan"]
+    # A scan of an empty chunk of the log (the one created ahead) reads nothing.
+    assert not [
+        n
+        for n in claim_nodes
+        if n["Node Type"] == "Seq Scan" and n["Actual Rows"] + n.get("Rows Removed by Filter", 0)
+    ]
     (pending,) = [n for n in claim_nodes if n.get("Index Name") == "deliveries_claim_order"]
     assert pending["Actual Rows"] <= 300  # a batch of 100, not the 20,000 backlog
     complete_nodes = _nodes(complete)

@@ -2,20 +2,41 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import asyncpg
 
 
-def rows_read(plan: dict, table: str) -> int:
-    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
-    total, stack = 0, [plan["Plan"]]
+def is_part_of(name: str | None, table: str) -> bool:
+    """Whether a plan's relation is ``table`` or one of its partitions (the event log's chunks)."""
+    return name is not None and (
+        name == table or re.fullmatch(re.escape(table) + r"_(\d+|kept)", name) is not None
+    )
+
+
+def scans(plan: dict, table: str) -> list[dict]:
+    """The scan nodes of ``table`` (or of its partitions) in a plan (EXPLAIN JSON)."""
+    found, stack = [], [plan["Plan"]]
     while stack:
         node = stack.pop()
         stack.extend(node.get("Plans", []))
-        if node.get("Relation Name") == table:
-            total += node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
-    return total
+        if is_part_of(node.get("Relation Name"), table):
+            found.append(node)
+    return found
+
+
+def rows_read(plan: dict, table: str) -> int:
+    """Rows the scans of ``table`` produced or filtered out, times their loops (EXPLAIN ANALYZE JSON)."""
+    return sum(
+        node["Actual Loops"] * (node["Actual Rows"] + node.get("Rows Removed by Filter", 0))
+        for node in scans(plan, table)
+    )
+
+
+def partitions_read(plan: dict, table: str) -> set[str]:
+    """The partitions of ``table`` a plan ran a scan of at least once (EXPLAIN ANALYZE JSON)."""
+    return {node["Relation Name"] for node in scans(plan, table) if node.get("Actual Loops")}
 
 
 async def migrated(target: Any) -> tuple[dict[str, str], asyncpg.Connection, str]:

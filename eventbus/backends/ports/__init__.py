@@ -33,7 +33,15 @@ from .delivery import (
 )
 from .inspect import Inspector
 from .operate import Operator
-from .retention import AuditBatch, OccurrenceBatch, PruneBatch, RetentionStore, RollupBatch, WorkflowBatch
+from .retention import (
+    AuditBatch,
+    ChunkPass,
+    OccurrenceBatch,
+    PruneBatch,
+    RetentionStore,
+    RollupBatch,
+    WorkflowBatch,
+)
 from .rollup import RollupBucket, RollupRow, RollupStore
 from .schedules import PlannedOccurrence, ScheduleDecl, SchedulePlanner, ScheduleStore, TickPlan
 from .schema import SchemaStore
@@ -59,6 +67,7 @@ __all__ = [
     "ENDED_STATUSES",
     "AuditBatch",
     "ChangeFeed",
+    "ChunkPass",
     "ClaimedDelivery",
     "Completion",
     "DeliveryStore",

@@ -8,7 +8,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-__all__ = ["AuditBatch", "OccurrenceBatch", "PruneBatch", "RetentionStore", "RollupBatch", "WorkflowBatch"]
+__all__ = [
+    "AuditBatch",
+    "ChunkPass",
+    "OccurrenceBatch",
+    "PruneBatch",
+    "RetentionStore",
+    "RollupBatch",
+    "WorkflowBatch",
+]
 
 
 class PruneBatch(msgspec.Struct, frozen=True):
@@ -58,6 +66,19 @@ class WorkflowBatch(msgspec.Struct, frozen=True):
     """Their history, signals, effects and approvals."""
 
 
+class ChunkPass(msgspec.Struct, frozen=True):
+    """What one pass over the chunks of the event log did (PostgreSQL; nothing on SQLite)."""
+
+    events: int = 0
+    """Events that went with their chunks (those kept are not counted)."""
+    chunks: int = 0
+    """Chunks dropped (or, on a dry run, that would be)."""
+    pinned: int = 0
+    """Chunks past retention kept whole: more events of theirs must stay than a pass moves."""
+    busy: int = 0
+    """Chunks whose lock was not granted at once: tried again next pass."""
+
+
 class RetentionStore(Protocol):
     """Deleting finished rows past their retention, in small batches.
 
@@ -69,7 +90,9 @@ class RetentionStore(Protocol):
       override of either); ``None`` keeps that kind of row forever;
     - an event is deleted only once no delivery of it is left, it is older
       than ``completed_seconds``, and (when keyed) older than
-      ``dedup_seconds``: its key is honoured at least that long;
+      ``dedup_seconds``: its key is honoured at least that long (on
+      PostgreSQL events go with their chunk, see :meth:`prune_chunks`, so an
+      event may stay until the rest of its chunk can go);
     - each batch is one short transaction that waits for no row lock (rows
       held by another transaction are left for the next pass) and reads a
       bounded range of the log by primary key;
@@ -105,6 +128,33 @@ class RetentionStore(Protocol):
 
         ``overrides`` are (subscription name, completed seconds, dead seconds)
         used instead of the bus-wide cutoffs for that subscription's deliveries.
+        """
+        ...
+
+    async def prune_chunks(
+        self,
+        *,
+        completed_seconds: float | None,
+        dead_seconds: float | None,
+        dedup_seconds: float,
+        chunk_seconds: float,
+        chunk_ids: int,
+        max_survivors: int,
+        dry_run: bool = False,
+        overrides: Sequence[tuple[str, float | None, float | None]] = (),
+    ) -> ChunkPass:
+        """Drop the chunks of the event log past retention, where the log has chunks.
+
+        Closes the open chunk when it is older than ``chunk_seconds`` (or than
+        ``completed_seconds``, if shorter) or nearly full, keeps the next
+        ``chunk_ids`` ids ready, then drops each chunk closed longer ago than
+        ``completed_seconds`` (None: never) whose events must nearly all go
+        (by the guarantees above): the few that stay, at most
+        ``max_survivors``, outlive the chunk under their ids, and a chunk with
+        more is kept. A lock not granted at once leaves a chunk to the next
+        pass. The open chunk closes when due on a dry run too (closing
+        deletes nothing). A backend whose log has no chunks (SQLite) deletes
+        its events in :meth:`prune_batch` and does nothing here.
         """
         ...
 

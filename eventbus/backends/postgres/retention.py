@@ -13,10 +13,18 @@ import orjson
 from ...errors import BackendError
 from .._observe import Override, shortest_cutoff
 from .._rows import row_as
-from ..ports import AuditBatch, OccurrenceBatch, PruneBatch, RollupBatch, WorkflowBatch
+from ..ports import AuditBatch, ChunkPass, OccurrenceBatch, PruneBatch, RollupBatch, WorkflowBatch
 from ._db import PgDb
 
 __all__ = ["PgRetention"]
+
+_BUSY = (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.DeadlockDetectedError)
+
+_KEY_BATCH = 10_000
+"""Events read per transaction of the walk that deletes a closed chunk's keys."""
+
+CHUNK_FILL = 0.9
+"""A chunk this full closes whatever its age, so a publish never runs out of ids in it."""
 
 
 class PgRetention:
@@ -108,6 +116,99 @@ class PgRetention:
         except BackendError as exc:
             if not isinstance(exc.__cause__, asyncpg.exceptions.LockNotAvailableError):
                 raise
+
+    async def prune_chunks(
+        self,
+        *,
+        completed_seconds: float | None,
+        dead_seconds: float | None,
+        dedup_seconds: float,
+        chunk_seconds: float,
+        chunk_ids: int,
+        max_survivors: int,
+        dry_run: bool = False,
+        overrides: Sequence[Override] = (),
+    ) -> ChunkPass:
+        """Close the open chunk when due, then drop the chunks past retention (see ``RetentionStore``).
+
+        A chunk need not stay open longer than the retention of its events: it
+        could not go before it closed.
+        """
+        max_age = chunk_seconds if completed_seconds is None else min(chunk_seconds, completed_seconds)
+        await self._touch_lock()
+        async with self.db.conn() as conn:
+            with contextlib.suppress(*_BUSY):
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                    await conn.fetchval(self.q["rotate_chunks"], chunk_ids, max_age, CHUNK_FILL)
+        if completed_seconds is None:
+            return ChunkPass()
+        async with self.db.conn() as conn:
+            chunks = await conn.fetch(self.q["chunks_past"], completed_seconds)
+        cutoffs = (completed_seconds, dead_seconds, dedup_seconds, max_survivors, dry_run, overrides)
+        done = ChunkPass()
+        for chunk in chunks:
+            one = await self._drop_chunk(chunk["name"], chunk["lo"], chunk["hi"], *cutoffs)
+            done = ChunkPass(
+                events=done.events + one.events, chunks=done.chunks + one.chunks,
+                pinned=done.pinned + one.pinned, busy=done.busy + one.busy,
+            )  # fmt: skip
+        return done
+
+    async def _drop_chunk(
+        self,
+        name: str,
+        lo: int,
+        hi: int,
+        completed_seconds: float,
+        dead_seconds: float | None,
+        dedup_seconds: float,
+        max_survivors: int,
+        dry_run: bool,
+        overrides: Sequence[Override],
+    ) -> ChunkPass:
+        """One chunk: its keys that go, in batches; then, in one short transaction, the drop.
+
+        Every claim of the database locks each chunk (a generic plan of the
+        claim's join locks every partition before it prunes them), so the
+        drop's transaction, which holds the chunk's lock, reads no more than
+        the deliveries left in the chunk's range before it drops it.
+        """
+        await self._touch_lock()
+        if not dry_run:
+            await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
+        async with self.db.conn() as conn:
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
+            try:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                    # As for prune_batch: no event goes while a backfill is open.
+                    if not await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel):
+                        return ChunkPass(busy=1)
+                    chunk = await conn.fetchrow(self.q["lock_chunk"], name)
+                    if chunk is None:  # no longer a closed chunk
+                        return ChunkPass()
+                    rows = await conn.fetch(
+                        self.q["chunk_survivors"], lo, hi, chunk["closed_at"], dedup_seconds, dry_run,
+                        completed_seconds, dead_seconds, [o[0] for o in overrides],
+                        [o[1] for o in overrides], [o[2] for o in overrides],
+                    )  # fmt: skip
+                    if len(rows) > max_survivors:
+                        return ChunkPass(pinned=1)
+                    if dry_run:
+                        return ChunkPass(events=size - len(rows), chunks=1)
+                    kept = await conn.fetchval(self.q["drop_chunk"], name, [r["id"] for r in rows])
+                    return ChunkPass(events=size - kept, chunks=1)
+            except _BUSY:  # a lock not granted within lock_timeout: next pass
+                return ChunkPass(busy=1)
+
+    async def _forget_keys(self, lo: int, hi: int, dedup_seconds: float, batch: int) -> None:
+        """Delete the keys of a closed chunk's events that will go with it, a batch per transaction."""
+        after: int | None = lo - 1
+        while after is not None:
+            await self._touch_lock()
+            async with self.db.conn() as conn:
+                after = await conn.fetchval(self.q["chunk_forget_keys"], after, hi, batch, dedup_seconds)
 
     async def prune_occurrences(
         self, after: Any, limit: int, *, older_than_seconds: float, dry_run: bool = False

@@ -17,7 +17,7 @@ import orjson
 
 from .._observe import Override, shortest_cutoff
 from ..base import OccurrenceBatch, PruneBatch, WorkflowBatch
-from ..ports import AuditBatch, RollupBatch
+from ..ports import AuditBatch, ChunkPass, RollupBatch
 from ._db import SQLiteDb
 from ._link import Queries
 from ._units import ids_json
@@ -91,6 +91,10 @@ class SQLiteRetention:
         minute, last_id = after or (None, None)
         params = {"after_minute": minute, "after_id": last_id, "limit": limit, "seconds": older_than_seconds}
         return await self._db.write(prune_rollup, params, dry_run)
+
+    async def prune_chunks(self, **_: Any) -> ChunkPass:
+        """SQLite's log has no chunks: its events go row by row in :meth:`prune_batch`."""
+        return ChunkPass()
 
     async def record_prune(self, report: dict[str, Any]) -> None:
         await self._db.write(record_prune, orjson.dumps(report).decode())

@@ -89,7 +89,8 @@ def _sqlite_reset(target: Target) -> Callable[[], None]:
 
 
 def _postgres_reset(target: Target, conn: asyncpg.Connection, portal: BlockingPortal) -> Callable[[], None]:
-    names = ", ".join(f"{target.schema}.{t}" for t in TABLES)
+    # On PostgreSQL the keys taken live beside the events (event_keys).
+    names = ", ".join(f"{target.schema}.{t}" for t in (*TABLES, "event_keys"))
 
     def reset() -> None:
         portal.call(conn.execute, f"TRUNCATE {names}")

@@ -12,7 +12,9 @@
 -- with them, follow the input order, which ordered subscriptions keep per key.
 -- Ids are drawn in input order before the insert and returned with the input
 -- ordinal, so each result maps to its input by the ordinal, never by the order
--- rows come back in. $10, when not NULL, is the lock_timeout of this statement's
+-- rows come back in. A key is taken in event_keys (the events table is
+-- partitioned by id and cannot hold a unique (type, key) index); an event
+-- whose key was taken is not inserted. $10, when not NULL, is the lock_timeout of this statement's
 -- transaction (the held connection's bound, see HELD_LOCK_WAIT_MS), set before
 -- the first row is inserted: once, by the InitPlan of the insert's condition.
 -- $11: each event's version. $12: each event's priority; $13 the seconds of
@@ -20,23 +22,34 @@
 -- bus takes the append-only hot path (see _ring_route: which deliveries go to
 -- the ring instead of deliveries).
 WITH input AS (
-    SELECT nextval((SELECT pg_get_serial_sequence('{schema}.events', 'id'))::regclass) AS id, t.*
+    SELECT nextval('{schema}.event_ids') AS id, t.*
     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
                 $6::bigint[], $7::bigint[], $8::text[], $11::int[], $12::smallint[])
         WITH ORDINALITY AS t(event_type, key, payload, headers, delay_seconds,
                              correlation_id, causation_id, ordering_key, version, priority, ord)
     ORDER BY t.ord
+), keys AS (
+    -- Dedup: a key is taken by the first event of this batch that names it,
+    -- unless an earlier publish holds it (a concurrent one waits here, on the
+    -- key's index entry, for that publish to end).
+    INSERT INTO {schema}.event_keys (event_type, key, event_id)
+    SELECT event_type, key, id FROM input
+    WHERE key IS NOT NULL
+      AND (SELECT CASE WHEN $10::text IS NULL THEN true
+                       ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END)
+    ORDER BY ord
+    ON CONFLICT (event_type, key) DO NOTHING
+    RETURNING event_id
 ), ins AS (
     INSERT INTO {schema}.events (id, event_type, key, payload, headers, correlation_id,
                                  causation_id, ordering_key, deliver_at, version, priority)
-    OVERRIDING SYSTEM VALUE
     SELECT id, event_type, key, payload, headers::jsonb, correlation_id, causation_id,
            ordering_key, now() + delay_seconds * interval '1 second', version, priority
     FROM input
     WHERE (SELECT CASE WHEN $10::text IS NULL THEN true
                        ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END)
+      AND (key IS NULL OR id IN (SELECT event_id FROM keys))
     ORDER BY ord
-    ON CONFLICT (event_type, key) DO NOTHING
     RETURNING id, event_type, key, ordering_key, deliver_at, priority
 ), fanout AS (
     INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
@@ -62,20 +75,30 @@ FROM ins JOIN input ON input.id = ins.id;
 -- name: publish_one
 -- The publish of a single event (the common call of a request handler): the
 -- same insert, fan-out and NOTIFY as `publish`, without the arrays, the input
--- ordinals and the join that map a batch back to its inputs. One row needs no
--- ordering, so its id comes from the identity default. About half the server
+-- ordinals and the join that map a batch back to its inputs. A keyed event
+-- takes its key in event_keys first, under the id it is then inserted with;
+-- an event without a key draws its id in the insert. About half the server
 -- time of `publish` for one event. No row back: the key was taken. $10 as in
 -- `publish` (the CASE sets it before the row is inserted); $11 the version;
 -- $12 the priority and $13 the seconds a priority level is worth; $14 as in
 -- `publish`.
-WITH ins AS (
-    INSERT INTO {schema}.events (event_type, key, payload, headers, correlation_id,
+WITH keys AS (
+    INSERT INTO {schema}.event_keys (event_type, key, event_id)
+    SELECT $1::text, $2::text, nextval('{schema}.event_ids')
+    WHERE $2::text IS NOT NULL
+      AND CASE WHEN $10::text IS NULL THEN true
+               ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END
+    ON CONFLICT (event_type, key) DO NOTHING
+    RETURNING event_id
+), ins AS (
+    INSERT INTO {schema}.events (id, event_type, key, payload, headers, correlation_id,
                                  causation_id, ordering_key, deliver_at, version, priority)
-    SELECT $1::text, $2::text, $3::bytea, $4::jsonb, $6::bigint, $7::bigint, $8::text,
+    SELECT coalesce((SELECT event_id FROM keys), nextval('{schema}.event_ids')),
+           $1::text, $2::text, $3::bytea, $4::jsonb, $6::bigint, $7::bigint, $8::text,
            now() + $5::float8 * interval '1 second', $11::int, $12::smallint
     WHERE CASE WHEN $10::text IS NULL THEN true
                ELSE set_config('lock_timeout', $10::text, true) IS NOT NULL END
-    ON CONFLICT (event_type, key) DO NOTHING
+      AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM keys))
     RETURNING id, event_type, ordering_key, deliver_at, priority
 ), fanout AS (
     INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)
@@ -116,7 +139,7 @@ JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
 
 -- name: keep_keys
 -- Keep keys for good, in the transaction of their events. A concurrent
--- publish of the same key waited on the events' unique index and maps to the
+-- publish of the same key waited on event_keys' primary key and maps to the
 -- same event, so a conflict here is the same row.
 INSERT INTO {schema}.kept_keys (event_type, key, event_id)
 SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
@@ -124,10 +147,10 @@ ON CONFLICT (event_type, key) DO NOTHING;
 
 -- name: existing_ids
 -- Ids of events whose keys were taken by an earlier publish.
-SELECT e.id, e.event_type, e.key
-FROM {schema}.events e
+SELECT k.event_id AS id, k.event_type, k.key
+FROM {schema}.event_keys k
 JOIN unnest($1::text[], $2::text[]) AS t(event_type, key)
-  ON e.event_type = t.event_type AND e.key = t.key;
+  ON k.event_type = t.event_type AND k.key = t.key;
 
 -- name: register
 -- Upsert by name; a name already bound to another event type returns no row.

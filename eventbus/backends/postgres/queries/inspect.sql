@@ -196,18 +196,18 @@ GROUP BY 1;
 
 -- name: health_tables
 -- Size and dead tuples of the bus's tables: what decides whether a queue
--- table degrades (dead index entries walked by every claim).
--- A partitioned table is one row: its partitions' figures summed.
-SELECT coalesce(p.relname, t.relname) AS table, sum(t.n_live_tup)::bigint AS live_tuples,
+-- table degrades (dead index entries walked by every claim). The chunks of
+-- the event log are summed into their table (events); a chunk the pruner
+-- drops meanwhile has no size any more and is left out.
+SELECT r.relname AS table, sum(t.n_live_tup)::bigint AS live_tuples,
        sum(t.n_dead_tup)::bigint AS dead_tuples,
        sum(pg_total_relation_size(t.relid))::bigint AS total_bytes,
        max(t.last_autovacuum) AS last_autovacuum
 FROM pg_stat_user_tables t
-LEFT JOIN pg_inherits i ON i.inhrelid = t.relid
-LEFT JOIN pg_class p ON p.oid = i.inhparent
-WHERE t.schemaname = $1
-GROUP BY 1
-ORDER BY 1;
+JOIN pg_class r ON r.oid = coalesce(pg_partition_root(t.relid), t.relid)
+WHERE t.schemaname = $1 AND pg_total_relation_size(t.relid) IS NOT NULL
+GROUP BY r.relname
+ORDER BY r.relname;
 
 -- name: health_horizon
 -- The oldest other transaction holding a snapshot or an xid: while it runs,

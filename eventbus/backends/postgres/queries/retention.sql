@@ -33,16 +33,18 @@ SELECT 1;
 -- order (a bounded range read), their deliveries finished before their
 -- retention cutoff ($3 completed/cancelled, $4 dead, in seconds; NULL keeps
 -- them; a subscription named in $7 has its own cutoffs $8, $9; $10 is the
--- shortest cutoff of all) with their attempt history, then the events of the batch older than
--- $3 and, when keyed, than the dedup window $5, with no delivery left (only
--- when $11: this batch holds prune_backfill_guard). A
+-- shortest cutoff of all) with their attempt history, then, of the events
+-- that outlived their chunk (events_kept: chunks themselves go whole, see
+-- chunk_survivors), those older than $3 and, when keyed, than the dedup
+-- window $5, with no delivery left, with their keys (only when $11: this
+-- batch holds prune_backfill_guard). A
 -- pending, processing or retained dead delivery keeps its event (so does a
 -- delivery in the append-only ring; a completed one there is history in the
 -- outcome log, whose days go by DROP: see ring_drop_days). Rows another
 -- transaction holds (a replay) are skipped, never waited for. Data-modifying
 -- CTEs share one snapshot, so the deliveries deleted here are excluded by id.
 WITH batch AS (
-    SELECT id, key, created_at FROM {schema}.events WHERE id > $1 ORDER BY id LIMIT $2
+    SELECT id, key, created_at, tableoid FROM {schema}.events WHERE id > $1 ORDER BY id LIMIT $2
 ), overrides AS (
     SELECT s.id, o.completed, o.dead
     FROM unnest($7::text[], $8::float8[], $9::float8[]) AS o(name, completed, dead)
@@ -69,15 +71,19 @@ WITH batch AS (
     RETURNING 1
 ), events_doomed AS (
     SELECT b.id FROM batch b
-    WHERE $11 AND $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
+    WHERE $11 AND b.tableoid = '{schema}.events_kept'::regclass
+      AND $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
       -- nor a delivery in the append-only ring (a bounded table: hashed once)
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id)
 ), events_gone AS (
-    DELETE FROM {schema}.events e USING events_doomed x WHERE e.id = x.id AND NOT $6
-    RETURNING e.id
+    DELETE FROM {schema}.events_kept e USING events_doomed x WHERE e.id = x.id AND NOT $6
+    RETURNING e.id, e.event_type, e.key
+), keys_gone AS (
+    DELETE FROM {schema}.event_keys k USING events_gone g
+    WHERE k.event_type = g.event_type AND k.key = g.key AND k.event_id = g.id
 )
 SELECT (SELECT max(id) FROM batch) AS last_id,
        (SELECT min(created_at) >= now() - coalesce($10::float8, 0) * interval '1 second'
@@ -86,6 +92,86 @@ SELECT (SELECT max(id) FROM batch) AS last_id,
        (SELECT count(*) FROM doomed WHERE status = 'dead') AS dead,
        (SELECT count(*) FROM history) AS attempts,
        (SELECT count(*) FROM events_doomed) AS events;
+
+-- name: rotate_chunks
+-- Close the open chunk of the event log when it is older than $2 seconds or
+-- more than $3 full, and keep a chunk of $1 ids created ahead (see
+-- rotate_event_chunks in the migration that partitions the log). The name of
+-- the chunk closed, or NULL.
+SELECT {schema}.rotate_event_chunks($1, $2, $3);
+
+-- name: chunks_past
+-- The closed chunks closed more than $1 seconds ago (every event in one is
+-- at least that old), oldest first: those retention may drop.
+SELECT name, lo, hi FROM {schema}.event_chunks
+WHERE closed_at < now() - $1::float8 * interval '1 second'
+ORDER BY lo;
+
+-- name: lock_chunk
+-- Lock a closed chunk for its drop; its bounds, or no row.
+SELECT lo, hi, closed_at FROM {schema}.lock_event_chunk($1);
+
+-- name: chunk_survivors
+-- The events of the chunk [$1, $2) that must outlive it: those with a
+-- delivery left (pending, processing, or finished but kept: read through the
+-- deliveries' (event_id, subscription_id) index, a range read of the few
+-- rows left), and the keyed ones inside the dedup window $4 (only read when
+-- the chunk closed less than $4 ago, $3). On a dry run ($5), deliveries this
+-- pass would delete (the cutoffs $6 completed, $7 dead, overridden for the
+-- subscriptions $8 by $9, $10, as in prune_batch) do not keep their event.
+WITH overrides AS (
+    SELECT s.id, o.completed, o.dead
+    FROM unnest($8::text[], $9::float8[], $10::float8[]) AS o(name, completed, dead)
+    JOIN {schema}.subscriptions s ON s.name = o.name
+)
+SELECT DISTINCT d.event_id AS id
+FROM {schema}.deliveries d
+LEFT JOIN overrides o ON o.id = d.subscription_id
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN o.id IS NULL THEN $6::float8 ELSE o.completed END AS completed,
+           CASE WHEN o.id IS NULL THEN $7::float8 ELSE o.dead END AS dead) r
+WHERE d.event_id >= $1 AND d.event_id < $2
+  AND NOT ($5 AND ((d.status IN ('completed', 'cancelled') AND r.completed IS NOT NULL
+                    AND d.updated_at < now() - r.completed * interval '1 second')
+                   OR (d.status = 'dead' AND r.dead IS NOT NULL
+                       AND d.updated_at < now() - r.dead * interval '1 second')))
+UNION
+-- deliveries in the append-only ring (a bounded table; a completed one there
+-- is history in the outcome log and keeps nothing)
+SELECT r.event_id FROM {schema}.ring_ready r WHERE r.event_id >= $1 AND r.event_id < $2
+UNION
+SELECT e.id FROM {schema}.events e
+WHERE $3::timestamptz >= now() - $4::float8 * interval '1 second'
+  AND e.id >= $1 AND e.id < $2 AND e.key IS NOT NULL
+  AND e.created_at >= now() - $4::float8 * interval '1 second';
+
+-- name: chunk_size
+-- The events of the chunk [$1, $2), read before it is locked (it is closed:
+-- only a publish that drew its id before it closed may still add one).
+SELECT count(*) FROM {schema}.events WHERE id >= $1 AND id < $2;
+
+-- name: chunk_forget_keys
+-- One batch of the walk over a closed chunk before its drop, outside the
+-- drop's lock: the next $3 events after $1 below $2 (a range read of the
+-- chunk's primary key), and the keys of those that will go with it: older
+-- than the dedup window $4 and without a delivery (the others stay with
+-- their keys). The last id read, NULL at the end of the chunk.
+WITH batch AS (
+    SELECT id, event_type, key, created_at FROM {schema}.events
+    WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3
+), gone AS (
+    DELETE FROM {schema}.event_keys k USING batch b
+    WHERE b.key IS NOT NULL AND b.created_at < now() - $4::float8 * interval '1 second'
+      AND k.event_type = b.event_type AND k.key = b.key AND k.event_id = b.id
+      AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = b.id)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id)
+)
+SELECT max(id) FROM batch;
+
+-- name: drop_chunk
+-- Drop the locked chunk $1, keeping the events $2 (see drop_event_chunk);
+-- the number of events kept.
+SELECT {schema}.drop_event_chunk($1, $2::bigint[]);
 
 -- name: prune_record
 INSERT INTO {schema}.maintenance (name, ran_at, report) VALUES ('prune', now(), $1::jsonb)

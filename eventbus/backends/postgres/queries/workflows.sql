@@ -190,16 +190,30 @@ WITH input AS (
            COALESCE(to_timestamp(t.started_at), now()), t.woken_by
     FROM moved m JOIN input t ON t.ord = m.ord
     RETURNING 1
-), step AS (
-    INSERT INTO {schema}.events (event_type, key, payload, ordering_key, deliver_at, priority)
-    SELECT 'wf.step.' || t.machine, 'wf/' || t.machine || '/' || t.key || '/v' || m.version || '/' || t.step,
-           convert_to(jsonb_build_object('key', t.key, 'version', m.version, 'reason', t.step)::text,
-                      'UTF8'),
-           t.machine || '/' || t.key, now() + t.step_delay * interval '1 second', m.priority
-    FROM moved m JOIN input t ON t.ord = m.ord
-    WHERE t.step IS NOT NULL
-    ORDER BY t.ord
+), step_input AS (
+    -- Ids drawn in input order (over the sorted rows), as the publish draws them.
+    SELECT nextval('{schema}.event_ids') AS id, x.*
+    FROM (SELECT t.ord, 'wf.step.' || t.machine AS event_type,
+                 'wf/' || t.machine || '/' || t.key || '/v' || m.version || '/' || t.step AS key,
+                 convert_to(jsonb_build_object('key', t.key, 'version', m.version,
+                                               'reason', t.step)::text, 'UTF8') AS payload,
+                 t.machine || '/' || t.key AS ordering_key,
+                 now() + t.step_delay * interval '1 second' AS deliver_at, m.priority
+          FROM moved m JOIN input t ON t.ord = m.ord
+          WHERE t.step IS NOT NULL
+          ORDER BY t.ord) x
+), step_keys AS (
+    -- Dedup of step events by key, as a publish does (event_keys).
+    INSERT INTO {schema}.event_keys (event_type, key, event_id)
+    SELECT event_type, key, id FROM step_input ORDER BY ord
     ON CONFLICT (event_type, key) DO NOTHING
+    RETURNING event_id
+), step AS (
+    INSERT INTO {schema}.events (id, event_type, key, payload, ordering_key, deliver_at, priority)
+    SELECT id, event_type, key, payload, ordering_key, deliver_at, priority
+    FROM step_input
+    WHERE id IN (SELECT event_id FROM step_keys)
+    ORDER BY ord
     RETURNING id, event_type, ordering_key, deliver_at, priority
 ), fanout AS (
     INSERT INTO {schema}.deliveries (event_id, subscription_id, ordering_key, run_at, priority_wait)

@@ -1,0 +1,4 @@
+-- Nothing to do on SQLite (the same migration name as PostgreSQL's, where the
+-- event log becomes a table partitioned by id ranges so that retention drops
+-- whole partitions). SQLite keeps one events table: its retention deletes
+-- events row by row, and its unique (event_type, key) index keeps the dedup.
