@@ -256,8 +256,7 @@ class PgDeliveries:
         subscription_id, limit, lease_seconds, token, worker, _ = args
         cursor = 0 if after is None else after[0]
         async with self.db.conn("claim") as conn:
-            window = await self.ring.claimable(conn)
-            rows = await conn.fetch(self.q["ring_claim_queue"], *args, window, cursor)
+            rows = await self.ring.claim_queue(conn, args, cursor)
             out = _claimed(rows, subscription_id, str(token), cursor=False)
             if len(out) < limit:
                 ring = await self.ring.claim(
@@ -363,7 +362,7 @@ class PgDeliveries:
         """Renew the leases still held under ``lease_token``; return the ids renewed.
 
         With the ring, a claim younger than a third of its lease needs no renewal
-        yet (the next comes before its lease ends); an older one moves into
+        yet (the next comes before its lease ends): it is only read; an older one moves into
         ``deliveries`` and is renewed there from then on: a long handler's
         renewals update a row, a short handler's claim is never touched.
         """
@@ -371,8 +370,9 @@ class PgDeliveries:
         async with self.db.conn("lease renewal") as conn:
             if self.ring is not None:
                 young = self.ring.young(ids, lease_seconds)
-                kept.update(young)
-                ids = [i for i in ids if i not in kept]
+                if young:  # read, not written: still held, or taken back by an operator?
+                    kept.update(await self.ring.still_held(conn, young, lease_token))
+                ids = [i for i in ids if i not in young]
                 if ids:
                     await self.ring.move_ids(conn, ids, lease_token)
             if ids:
@@ -412,10 +412,7 @@ class PgDeliveries:
         host = socket.gethostname()
         async with self.db.conn("worker rescue") as conn:
             if self.ring is not None:  # a lost worker's ring claims move first, then go as the rest
-                recent = await conn.fetch(self.q["ring_lost_candidates"], silent_seconds, host)
-                lost_here = lost_workers(recent, silent_seconds, host)
-                if lost_here:
-                    await self.ring.move(conn, await self.ring.live(conn), workers=list(lost_here))
+                await self.ring.move_lost(conn, silent_seconds, host)
             candidates = await conn.fetch(self.q["lost_worker_candidates"], silent_seconds, host)
             lost = lost_workers(candidates, silent_seconds, host)
             if not lost:
@@ -428,10 +425,8 @@ class PgDeliveries:
         """Seconds until the next claimable delivery is due, or None (see ``DeliveryStore``)."""
         since = None if after is None or self.ring is not None else after[1]  # the cursor's run_at
         async with self.db.conn("next_run_in") as conn:
-            if self.ring is not None:
-                window = await self.ring.claimable(conn)
-                if await conn.fetchval(self.q["ring_waiting"], window, subscription_id):
-                    return 0.0
+            if self.ring is not None and await self.ring.waiting(conn, subscription_id):
+                return 0.0
             value = await conn.fetchval(self.q["next_run_in"], subscription_id, since)
         return None if value is None else float(value)
 

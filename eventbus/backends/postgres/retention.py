@@ -15,6 +15,7 @@ from .._observe import Override, shortest_cutoff
 from .._rows import row_as
 from ..ports import AuditBatch, ChunkPass, OccurrenceBatch, PruneBatch, RollupBatch, WorkflowBatch
 from ._db import PgDb
+from .ring import drop_days
 
 __all__ = ["PgRetention"]
 
@@ -112,7 +113,7 @@ class PgRetention:
         try:
             async with self.db.conn() as conn, conn.transaction():
                 await conn.execute("SET LOCAL lock_timeout = '200ms'")
-                await conn.fetchval(self.q["ring_drop_days"], completed_seconds, 30)
+                await drop_days(conn, self.db, completed_seconds)
         except BackendError as exc:
             if not isinstance(exc.__cause__, asyncpg.exceptions.LockNotAvailableError):
                 raise

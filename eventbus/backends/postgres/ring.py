@@ -70,9 +70,10 @@ import asyncpg
 
 from ...errors import BackendError
 from ...types import DeliveryId
+from .._workers import lost_workers
 from ._db import PgDb
 
-__all__ = ["RING_SLOTS", "PgRing", "RingStats", "evict", "generations", "to_queue"]
+__all__ = ["RING_SLOTS", "PgRing", "RingStats", "drop_days", "evict", "generations", "to_queue"]
 
 log = logging.getLogger("eventbus.ring")
 
@@ -145,6 +146,11 @@ async def evict(conn: Any, db: PgDb, subscription_id: int) -> int:
         return 0
     slots = [g.slot for g in await generations(conn, db)]
     return len(await conn.fetch(db.q["ring_evict"], slots, subscription_id, None))
+
+
+async def drop_days(conn: Any, db: PgDb, older_than_seconds: float, most: int = 30) -> int:
+    """Drop the outcome log's days that ended more than ``older_than_seconds`` ago (retention)."""
+    return int(await conn.fetchval(db.q["ring_drop_days"], older_than_seconds, most))
 
 
 async def to_queue(conn: Any, db: PgDb, ids: Sequence[int]) -> None:
@@ -222,6 +228,25 @@ class PgRing:
         self.held.update({r[0]: (r[14], now, lease_seconds) for r in rows})  # r[0]: id, r[14]: slot
         return list(rows)
 
+    async def claim_queue(self, conn: Any, args: tuple[Any, ...], after: int) -> list[asyncpg.Record]:
+        """The claim from ``deliveries`` beside the ring (``ring_claim_queue``): ``args`` those of
+        ``claim``, ``after`` the ring cursor."""
+        window = await self.claimable(conn)
+        return list(await conn.fetch(self.db.q["ring_claim_queue"], *args, window, after))
+
+    async def waiting(self, conn: Any, subscription_id: int) -> bool:
+        """Whether the subscription has a ring row no claim took (its next claim is due now)."""
+        window = await self.claimable(conn)
+        return bool(await conn.fetchval(self.db.q["ring_waiting"], window, subscription_id))
+
+    async def move_lost(self, conn: Any, silent_seconds: float, host: str) -> None:
+        """Move the ring claims of lost workers into ``deliveries`` (see ``ring_lost_candidates``),
+        where the rescue then takes them back as any."""
+        recent = await conn.fetch(self.db.q["ring_lost_candidates"], silent_seconds, host)
+        lost = lost_workers(recent, silent_seconds, host)
+        if lost:
+            await self.move(conn, await self.live(conn), workers=list(lost))
+
     def split(self, ids: Sequence[DeliveryId]) -> tuple[list[DeliveryId], list[DeliveryId]]:
         """``ids`` as (ring claims this process holds, the others)."""
         held = self.held
@@ -248,6 +273,13 @@ class PgRing:
             for i in ids
             if i in held and held[i][2] == lease_seconds and now - held[i][1] < lease_seconds / 3
         ]
+
+    async def still_held(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> set[DeliveryId]:
+        """Of this process's ring claims ``ids``, those still held under ``token`` (a read: an
+        operator may have taken one back meanwhile)."""
+        slots = sorted({self.held[i][0] for i in ids})
+        rows = await conn.fetch(self.db.q["ring_held"], slots, list(ids), uuid.UUID(token))
+        return {r[0] for r in rows}
 
     async def complete(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> set[DeliveryId]:
         """Complete ring claims held under ``token``; the ids it took (the rest were moved or lost)."""
@@ -394,7 +426,3 @@ class PgRing:
             stray = [k for k in free if await conn.fetchval(self.db.q["ring_holds_rows"], k)]
         for k in stray:
             await self._prune(k, None)
-
-    async def drop_days(self, conn: Any, older_than_seconds: float, most: int = 30) -> int:
-        """Drop the outcome log's days that ended more than ``older_than_seconds`` ago."""
-        return int(await conn.fetchval(self.db.q["ring_drop_days"], older_than_seconds, most))

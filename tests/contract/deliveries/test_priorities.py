@@ -312,6 +312,8 @@ async def _undo_priorities(target: Target) -> None:
     statements = [
         ("DROP INDEX deliveries_claim_order", "DROP INDEX {s}.deliveries_claim_order"),
         ("SELECT 1", "DROP FUNCTION {s}.claim_place"),
+        # the append-only path's view (migration 0024) reads the column; this bus does not use it
+        ("SELECT 1", "DROP VIEW {s}.delivery_rows"),
         (
             "ALTER TABLE deliveries DROP COLUMN priority_wait",
             "ALTER TABLE {s}.deliveries DROP COLUMN priority_wait",

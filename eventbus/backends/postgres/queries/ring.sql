@@ -137,6 +137,13 @@ WHERE c.slot = ANY($1::smallint[]) AND c.delivery_id = ANY($2::bigint[]) AND c.l
 ON CONFLICT DO NOTHING
 RETURNING delivery_id;
 
+-- name: ring_held
+-- Of the ids $2 in the slots $1, those still held under the token $3 in the
+-- ring (claimed, no outcome yet): a renewal that need not write yet reads this.
+SELECT c.delivery_id FROM {schema}.ring_claims c
+WHERE c.slot = ANY($1::smallint[]) AND c.delivery_id = ANY($2::bigint[]) AND c.lease_token = $3
+  AND {_ring_open};
+
 -- name: ring_move
 -- Open ring claims into deliveries, as processing rows under the same lease
 -- (token, worker, lease end, one attempt): from there on, today's statements
