@@ -250,11 +250,13 @@ class PgDeliveries:
     async def _claim_both(self, args: tuple[Any, ...], after: Any) -> list[ClaimedDelivery]:
         """With the ring: what is due in ``deliveries`` (retries, spilled backlogs, prioritised
         deliveries) and placed before the ring's next row, from the start; then the ring from
-        the cursor (a delivery id: the ring's rows are all due when published, in id order).
-        Only ring rows carry a cursor position."""
+        the cursor (a delivery id: the ring's rows are all due when published, in id order);
+        then, if the ring ran dry, the rest of what is due in ``deliveries``. Only ring rows
+        carry a cursor position."""
         assert self.ring is not None
         subscription_id, limit, lease_seconds, token, worker, _ = args
         cursor = 0 if after is None else after[0]
+        ring: list[Any] | None = None
         async with self.db.conn("claim") as conn:
             rows = await self.ring.claim_queue(conn, args, cursor)
             out = _claimed(rows, subscription_id, str(token), cursor=False)
@@ -263,6 +265,9 @@ class PgDeliveries:
                     conn, subscription_id, limit - len(out), lease_seconds, token, worker, cursor
                 )
                 out += _claimed(ring, subscription_id, str(token), cursor=True)
+            if len(out) < limit and ring is not None:  # the ring ran dry: what deliveries has placed after it
+                rows = await conn.fetch(self.q["claim"], subscription_id, limit - len(out), *args[2:])
+                out += _claimed(rows, subscription_id, str(token), cursor=False)
         return out
 
     async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
