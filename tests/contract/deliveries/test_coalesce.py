@@ -23,7 +23,7 @@ from ...support.helpers import OrderPlaced, drain
 
 # Through PgBouncer too: coalesced publishes share the held connection, and cancellations
 # reach a statement in flight.
-pytestmark = [pytest.mark.pooler, pytest.mark.append_only]
+pytestmark = pytest.mark.pooler
 
 
 class Recorded:

@@ -9,7 +9,7 @@ from eventbus import Context, Envelope, PayloadTooLarge
 from ...support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
 # Through PgBouncer too: a lone publish goes on the held connection with a transaction-local lock wait.
-pytestmark = [pytest.mark.pooler, pytest.mark.append_only]
+pytestmark = pytest.mark.pooler
 
 
 async def test_publish_returns_id_and_dedupes_by_key(bus) -> None:

@@ -6,7 +6,6 @@ import sqlite3
 from typing import Any
 
 import asyncpg
-import pytest
 
 from eventbus import Context, DecodeError, Event, RetryPolicy
 from eventbus.errors import FutureEventVersion, MissingUpcaster
@@ -14,8 +13,6 @@ from eventbus.types import DeliveryFilter
 
 from ...conftest import Target
 from ...support.helpers import OrderPlaced, counts, drain
-
-pytestmark = pytest.mark.append_only
 
 
 class OrderV1(Event, event_type="test.versioned_order"):
