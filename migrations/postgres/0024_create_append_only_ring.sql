@@ -82,6 +82,8 @@ CREATE TABLE {schema}.delivery_log (
     finished_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (claimed_on, delivery_id)
 ) PARTITION BY RANGE (claimed_on);
+-- An event's deliveries (its page, its chain, whether a schedule's firing is done).
+CREATE INDEX delivery_log_event ON {schema}.delivery_log (event_id);
 
 -- Every delivery, wherever it lives, as a row of deliveries: what the bus's
 -- reads (status, lists, counts, one delivery) see when the ring is in use. A

@@ -246,8 +246,8 @@ class PgDb:
     def take_append_only(self) -> None:
         """Take the append-only hot path (see :mod:`.ring`): publishes fan ordinary first runs out
         into the ring, every statement is planned for its parameters, and the reads of the
-        deliveries (inspection, the queue samples) read ``delivery_rows``, the view that shows
-        the ring's deliveries beside the others."""
+        deliveries (inspection, the queue samples, whether a schedule's firing is done) read
+        ``delivery_rows``, the view that shows the ring's deliveries beside the others."""
         self.append_only = True
         self.server_settings["plan_cache_mode"] = "force_custom_plan"
         # A read over the ring's view expands 35 partitions, most of them empty and never
@@ -256,7 +256,8 @@ class PgDb:
         self.server_settings["jit"] = "off"
         table = re.compile(re.escape(quote_schema(self.schema)) + r"\.deliveries\b")
         view = quote_schema(self.schema) + ".delivery_rows"
-        for name in query_names("postgres", "inspect.sql") | {"rollup_sample"}:
+        reads = {"rollup_sample", "schedule_work_open", "occurrences_list"}
+        for name in query_names("postgres", "inspect.sql") | reads:
             if name in self.q:  # not a fragment: those are written into their queries
                 self.q[name] = table.sub(view, self.q[name])
 
