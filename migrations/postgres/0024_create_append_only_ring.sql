@@ -80,7 +80,9 @@ CREATE TABLE {schema}.delivery_log (
     enqueued_at     timestamptz NOT NULL,
     claimed_at      timestamptz NOT NULL,
     finished_at     timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (claimed_on, delivery_id)
+    -- delivery_id first: one delivery is one probe whatever its day, and the
+    -- newest outcomes come back in id order from each day's index.
+    PRIMARY KEY (delivery_id, claimed_on)
 ) PARTITION BY RANGE (claimed_on);
 -- An event's deliveries (its page, its chain, whether a schedule's firing is done).
 CREATE INDEX delivery_log_event ON {schema}.delivery_log (event_id);
