@@ -375,9 +375,9 @@ class PgDeliveries:
         async with self.db.conn("lease renewal") as conn:
             if self.ring is not None:
                 young = self.ring.young(ids, lease_seconds)
-                if young:  # read, not written: still held, or taken back by an operator?
+                if young:  # read, not written: still held in the ring, or moved out of it?
                     kept.update(await self.ring.still_held(conn, young, lease_token))
-                ids = [i for i in ids if i not in young]
+                ids = [i for i in ids if i not in kept]
                 if ids:
                     await self.ring.move_ids(conn, ids, lease_token)
             if ids:
