@@ -298,3 +298,20 @@ async def test_a_lost_workers_ring_claims_are_rescued(ring_bus: Bus) -> None:
     rescues = await store.rescue(silent_seconds=0.0)
     assert [r.deliveries for r in rescues if r.worker_id == lost] == [2]
     assert await counts(ring_bus) == {("h", "pending"): 2}
+
+
+async def test_a_live_claim_an_operator_moved_out_of_the_ring_is_renewed_and_completed(ring_bus: Bus) -> None:
+    """A stuck-cancel leaves a live lease of a live worker alone, but moves it into deliveries:
+    the holder's renewal (young or not) and its completion follow it there."""
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    await ring_bus.publish(OrderPlaced(order_id="o-1"))
+    store = ring_bus.backend.deliveries
+    await store.worker_beat(WORKER)
+    (held,) = await store.claim(ids["h"], 1, 60.0, WORKER)
+    assert await ring_bus.cancel([held.id], stuck=True) == 0  # its worker is alive: left alone
+    assert await store.extend([held.id], held.lease_token, 60.0) == {held.id}
+    from eventbus.backends.ports import Completion
+
+    assert await store.complete([Completion(held.id, held.lease_token)]) == {(held.id, held.lease_token)}
+    assert await counts(ring_bus) == {("h", "completed"): 1}
