@@ -109,6 +109,7 @@ _LOOK_AT_FREE_EVERY = 2.0
 _FORGET_EVERY = 60.0
 _LEDGER_KEPT = 1000
 _MOVE_LIMIT = 1_000_000
+_HELD_MOST, _HELD_SECONDS = 100_000, 3600.0
 
 
 @dataclass
@@ -225,6 +226,8 @@ class PgRing:
             self.db.q["ring_claim"], window, subscription_id, after, limit, token, worker_id, lease_seconds
         )
         now = time.monotonic()
+        if len(self.held) > _HELD_MOST:  # results never written (dropped): forget the oldest
+            self.held = {i: h for i, h in self.held.items() if now - h[1] < _HELD_SECONDS}
         self.held.update({r[0]: (r[14], now, lease_seconds) for r in rows})  # r[0]: id, r[14]: slot
         return list(rows)
 
@@ -377,6 +380,7 @@ class PgRing:
         self.stats.rotations += 1
 
     async def _close(self, conn: Any, gens: list[_Gen]) -> None:
+        self._drained_at = {gen: at for gen, at in self._drained_at.items() if gen in {g.gen for g in gens}}
         sealed = [g for g in reversed(gens[1:]) if not g.closing]  # oldest first
         full = len(gens) >= RING_SLOTS
         now = time.monotonic()
