@@ -315,3 +315,39 @@ async def test_a_live_claim_an_operator_moved_out_of_the_ring_is_renewed_and_com
 
     assert await store.complete([Completion(held.id, held.lease_token)]) == {(held.id, held.lease_token)}
     assert await counts(ring_bus) == {("h", "completed"): 1}
+
+
+async def test_rows_published_into_a_slot_opened_long_ago_stay_in_the_ring(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot's time to close counts from when it was sealed, not from when it opened: an idle
+    bus's first publishes are not sent off the ring at the next rotation."""
+    monkeypatch.setattr(ring, "MAX_AGE_SECONDS", 5.0)
+    monkeypatch.setattr(ring, "SETTLE_SECONDS", 0.0)
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    await _sql(pg_target, "UPDATE {schema}.ring_log SET at = now() - interval '1 hour'")  # idle an hour
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(10)])
+    store = ring_bus.backend.deliveries
+    for _ in range(3):  # seals the old slot at once (2 s old with rows); it must not close yet
+        await store.upkeep()
+    stats = store.ring.stats  # type: ignore[attr-defined]
+    assert (stats.rotations, stats.closed, stats.spilled) == (1, 0, 0)
+    await drain(ring_bus)
+    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.deliveries"))[0]["n"] == 0
+
+
+async def test_retention_right_after_a_drain_keeps_no_event_of_a_completed_ring_delivery(
+    pg_target: Target, ring_bus: Bus
+) -> None:
+    """A completed ring delivery is history: its event goes with its chunk even while the
+    drained slot still holds the delivery's rows."""
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(50)])
+    await drain(ring_bus)
+    await ring_bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
+    await ring_bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
+    kept = await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events_kept")
+    assert kept[0]["n"] == 0
+    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events"))[0]["n"] == 0

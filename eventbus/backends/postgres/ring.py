@@ -87,7 +87,7 @@ SLOT_SECONDS = 2.0
 """... or once it is this old with a row in it."""
 
 MAX_AGE_SECONDS = 30.0
-"""A sealed slot this old is closed whatever it holds: what no claim took by then leaves the ring."""
+"""A slot sealed this long is closed whatever it holds: what no claim took by then leaves the ring."""
 
 SETTLE_SECONDS = 0.5
 """A closing slot is pruned once it has been closing this long (every worker's window has moved on)."""
@@ -384,8 +384,10 @@ class PgRing:
         sealed = [g for g in reversed(gens[1:]) if not g.closing]  # oldest first
         full = len(gens) >= RING_SLOTS
         now = time.monotonic()
+        # how long each generation has been sealed: since the next one opened
+        sealed_for = {gens[k + 1].gen: gens[k].age for k in range(len(gens) - 1)}
         for i, g in enumerate(sealed):
-            close = g.age >= MAX_AGE_SECONDS or (full and i == 0)
+            close = sealed_for[g.gen] >= MAX_AGE_SECONDS or (full and i == 0)
             if not close and now - self._drained_at.get(g.gen, -math.inf) >= SETTLE_SECONDS:
                 self._drained_at[g.gen] = now
                 close = not await conn.fetchval(self.db.q["ring_unclaimed"], g.slot)

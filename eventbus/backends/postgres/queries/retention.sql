@@ -76,8 +76,8 @@ WITH batch AS (
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
-      -- nor a delivery in the append-only ring (a bounded table: hashed once)
-      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id)
+      -- nor a delivery in the append-only ring with no outcome yet (a bounded table)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id AND {_ring_unsettled})
 ), events_gone AS (
     DELETE FROM {schema}.events_kept e USING events_doomed x WHERE e.id = x.id AND NOT $6
     RETURNING e.id, e.event_type, e.key
@@ -136,9 +136,10 @@ WHERE d.event_id >= $1 AND d.event_id < $2
                    OR (d.status = 'dead' AND r.dead IS NOT NULL
                        AND d.updated_at < now() - r.dead * interval '1 second')))
 UNION
--- deliveries in the append-only ring (a bounded table; a completed one there
--- is history in the outcome log and keeps nothing)
-SELECT r.event_id FROM {schema}.ring_ready r WHERE r.event_id >= $1 AND r.event_id < $2
+-- deliveries in the append-only ring with no outcome yet (a bounded table; a
+-- completed one there is history in the outcome log and keeps nothing)
+SELECT r.event_id FROM {schema}.ring_ready r
+WHERE r.event_id >= $1 AND r.event_id < $2 AND {_ring_unsettled}
 UNION
 SELECT e.id FROM {schema}.events e
 WHERE $3::timestamptz >= now() - $4::float8 * interval '1 second'
@@ -164,7 +165,7 @@ WITH batch AS (
     WHERE b.key IS NOT NULL AND b.created_at < now() - $4::float8 * interval '1 second'
       AND k.event_type = b.event_type AND k.key = b.key AND k.event_id = b.id
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = b.id)
-      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id AND {_ring_unsettled})
 )
 SELECT max(id) FROM batch;
 

@@ -12,6 +12,15 @@ NOT EXISTS (SELECT 1 FROM {schema}.delivery_log l
             WHERE l.claimed_on = (c.claimed_at AT TIME ZONE 'UTC')::date
               AND l.delivery_id = c.delivery_id)
 
+-- name: _ring_unsettled
+-- A ready row (r) whose delivery has no outcome yet: unclaimed, or claimed with
+-- no outcome row (a completed one is history; a moved one lives in deliveries).
+NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
+            JOIN {schema}.delivery_log l
+              ON l.delivery_id = c.delivery_id
+             AND l.claimed_on = (c.claimed_at AT TIME ZONE 'UTC')::date
+            WHERE c.slot = r.slot AND c.delivery_id = r.delivery_id)
+
 -- name: ring_window
 -- The ring's live generations (at most the ring's size, the newest first): a
 -- slot is open from its 'open' row to its 'pruned' row; workers claim from
