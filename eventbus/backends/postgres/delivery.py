@@ -252,14 +252,19 @@ class PgDeliveries:
         deliveries) and placed before the ring's next row, from the start; then the ring from
         the cursor (a delivery id: the ring's rows are all due when published, in id order);
         then, if the ring ran dry, the rest of what is due in ``deliveries``. Only ring rows
-        carry a cursor position."""
+        carry a cursor position. A look at ``deliveries`` that found no more work placed before
+        the ring is not made again for :data:`~.ring.QUEUE_LOOK_SECONDS` (two statements per
+        claim instead of three in the steady state)."""
         assert self.ring is not None
         subscription_id, limit, lease_seconds, token, worker, _ = args
         cursor = 0 if after is None else after[0]
         ring: list[Any] | None = None
+        out: list[ClaimedDelivery] = []
         async with self.db.conn("claim") as conn:
-            rows = await self.ring.claim_queue(conn, args, cursor)
-            out = _claimed(rows, subscription_id, str(token), cursor=False)
+            if self.ring.queue_due(subscription_id):
+                rows = await self.ring.claim_queue(conn, args, cursor)
+                out = _claimed(rows, subscription_id, str(token), cursor=False)
+                self.ring.queue_looked(subscription_id, found_all=len(out) == limit)
             if len(out) < limit:
                 ring = await self.ring.claim(
                     conn, subscription_id, limit - len(out), lease_seconds, token, worker, cursor

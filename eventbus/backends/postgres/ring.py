@@ -98,6 +98,11 @@ WINDOW_SECONDS = 0.1
 UPKEEP_SECONDS = 0.2
 """How often each worker offers to take the ring's upkeep turn."""
 
+QUEUE_LOOK_SECONDS = 0.05
+"""After a claim found ``deliveries`` holding no more work placed before the ring's next row, the
+next claims of the subscription look there again after this long (or when the ring runs dry): a
+retry or a spilled row waits this much longer at most."""
+
 LOCK_TIMEOUT = "10ms"
 """How long a prune waits for a slot's partitions before leaving them to the next turn."""
 
@@ -180,6 +185,7 @@ class PgRing:
     _free_at: float = -math.inf
     _forget_at: float = -math.inf
     _drained_at: dict[int, float] = field(default_factory=dict)
+    _queue_next: dict[int, float] = field(default_factory=dict)
 
     # -- the claim's window ---------------------------------------------------
 
@@ -230,6 +236,14 @@ class PgRing:
             self.held = {i: h for i, h in self.held.items() if now - h[1] < _HELD_SECONDS}
         self.held.update({r[0]: (r[14], now, lease_seconds) for r in rows})  # r[0]: id, r[14]: slot
         return list(rows)
+
+    def queue_due(self, subscription_id: int) -> bool:
+        """Whether a claim of the subscription looks in ``deliveries`` before the ring now."""
+        return time.monotonic() >= self._queue_next.get(subscription_id, -math.inf)
+
+    def queue_looked(self, subscription_id: int, *, found_all: bool) -> None:
+        """A look took what it asked for (look again at once) or found no more (look later)."""
+        self._queue_next[subscription_id] = -math.inf if found_all else time.monotonic() + QUEUE_LOOK_SECONDS
 
     async def claim_queue(self, conn: Any, args: tuple[Any, ...], after: int) -> list[asyncpg.Record]:
         """The claim from ``deliveries`` beside the ring (``ring_claim_queue``): ``args`` those of
