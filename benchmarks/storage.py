@@ -20,7 +20,14 @@ phase's counters are complete when the next one starts):
   ``Bus(dsn, append_only=True)``) ``bus.prune`` drops only the outcome log's
   days that have ended, and today's cannot end inside a benchmark: the phase
   then drops today's day too, as the first pass after midnight (UTC) would, by
-  calling the schema's ``delivery_log_drop(<tomorrow>, 30)``.
+  calling the schema's ``delivery_log_drop(<tomorrow>, 30)``. Before
+  ``bus.prune`` the retention phase of that path runs the ring's upkeep
+  turns (``deliveries.upkeep()``) until the drained slot is truncated, as a
+  running worker does within seconds of a drain, long before retention is
+  due (``--no-ring-upkeep`` leaves it: retention then finds every event's
+  ready row still in the ring and moves the events into ``events_kept``
+  instead of dropping them with their chunk; ``events_kept_after_retention``
+  counts them).
 
 On the append-only path the drain finds a backlog that has sat in the ring
 longer than the ring keeps rows (``MAX_AGE_SECONDS`` of ``ring.py``, counted
@@ -198,7 +205,15 @@ async def _drain(bus: Bus) -> float:
     return done.processed / (time.perf_counter() - started)
 
 
-async def _retention(bus: Bus, dsn: str, schema: str, append_only: bool) -> None:
+async def _retention(bus: Bus, dsn: str, schema: str, append_only: bool, upkeep_first: bool) -> None:
+    if append_only and upkeep_first:
+        # What a running worker's upkeep does within seconds of the drain, long before
+        # retention: the drained slot is rotated out, closed and truncated.
+        for _ in range(100):
+            await bus.backend.deliveries.upkeep()
+            if not await _count(dsn, schema, "ring_ready"):
+                break
+            await anyio.sleep(0.2)
     await bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
     if append_only:
         # Today's day of the outcome log, dropped as the first pass after it ends would.
@@ -255,7 +270,14 @@ async def held_horizon(dsn: str, hold: bool, seconds: float) -> AsyncIterator[di
 
 
 async def _phase(
-    bus: Bus, phase: str, n: int, dsn: str, schema: str, append_only: bool, checks: dict[str, int]
+    bus: Bus,
+    phase: str,
+    n: int,
+    dsn: str,
+    schema: str,
+    append_only: bool,
+    checks: dict[str, int],
+    upkeep_first: bool = True,
 ) -> float:
     """Run one phase on ``bus``; the drain's deliveries per second (0 for the others)."""
     if phase == "publish":
@@ -266,7 +288,9 @@ async def _phase(
         checks["in_deliveries_table"] = await _count(dsn, schema, "deliveries")
         return rate
     else:
-        await _retention(bus, dsn, schema, append_only)
+        await _retention(bus, dsn, schema, append_only, upkeep_first)
+        if append_only:
+            checks["events_kept_after_retention"] = await _count(dsn, schema, "events_kept")
     return 0.0
 
 
@@ -282,7 +306,9 @@ async def wal_kept(dsn: str, name: str) -> AsyncIterator[None]:
         await conn.close()  # a temporary slot goes with its session
 
 
-async def run(dsn: str, n: int, hold: bool, hold_seconds: float, append_only: bool = False) -> dict[str, Any]:
+async def run(
+    dsn: str, n: int, hold: bool, hold_seconds: float, append_only: bool = False, upkeep_first: bool = True
+) -> dict[str, Any]:
     """One run (publish, drain, retention) on a fresh schema; per-delivery figures per phase."""
     schema = f"eventbus_storage_{uuid.uuid4().hex[:10]}"
     phases: dict[str, dict[str, Any]] = {}
@@ -296,7 +322,7 @@ async def run(dsn: str, n: int, hold: bool, hold_seconds: float, append_only: bo
             before = await counters(dsn, schema)
             for phase in PHASES:
                 async with _bus(dsn, schema, append_only=append_only, handled=handled.hit) as bus:
-                    rate = await _phase(bus, phase, n, dsn, schema, append_only, checks) or rate
+                    rate = await _phase(bus, phase, n, dsn, schema, append_only, checks, upkeep_first) or rate
                 after = await counters(dsn, schema)
                 phases[phase] = await _per_delivery(dsn, schema, before, after, n)
                 before = after
@@ -344,7 +370,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     runs: dict[str, dict[str, Any]] = {p: {} for p in paths}
     for hold in (False, True):
         for path in paths:
-            one = await run(args.dsn, args.n, hold, args.hold_seconds, append_only=PATHS[path])
+            one = await run(args.dsn, args.n, hold, args.hold_seconds, PATHS[path], not args.no_ring_upkeep)
             one["load1"] = os.getloadavg()[0]
             print(json.dumps(one, indent=1), flush=True)
             runs[path]["held_xmin" if hold else "clean"] = one
@@ -375,6 +401,11 @@ if __name__ == "__main__":
     )
     parser.add_argument(
         "--paths", default="", help="Paths to run side by side, alternating: default,append-only."
+    )
+    parser.add_argument(
+        "--no-ring-upkeep",
+        action="store_true",
+        help="Append-only path: run retention straight after the drain, the drained slot not yet truncated.",
     )
     parser.add_argument("--json", dest="json_path")
     ns = parser.parse_args()
