@@ -11,7 +11,9 @@ publishes batches of 200 events (one delivery each) while fewer than
 concurrency=200, batch_size=100)``, not in burst mode: its upkeep runs, the
 append-only ring's rotation, closing and pruning included) drains them. Every
 ``--prune-every`` seconds the bus's retention runs as in ``storage.py``
-(``bus.prune`` with a completed retention of zero). The run is made clean and
+(``bus.prune`` with a completed retention of zero), in a task of its own
+beside the producer and the worker; ``retention_pass_seconds`` lists how long
+each pass took. The run is made clean and
 while another connection holds a ``REPEATABLE READ`` snapshot from before the
 first publish to the end, so nothing the run leaves dead can be vacuumed; with
 ``--paths default,append-only`` the clean runs of both paths come first, then
@@ -82,7 +84,7 @@ async def run(
     """One steady run on a fresh schema."""
     schema = f"eventbus_steady_{uuid.uuid4().hex[:10]}"
     seen = Seen()
-    published = prunes = 0
+    published = 0
     timeline: list[int] = []
     try:
         async with _bus(dsn, schema, migrate=True, append_only=append_only) as bus:
@@ -91,22 +93,31 @@ async def run(
             before = await counters(dsn, schema)
             async with _bus(dsn, schema, append_only=append_only, handled=seen.hit) as bus:
                 worker = Worker(bus, concurrency=200, batch_size=100)
+                passes: list[float] = []
+                retention_scope = anyio.CancelScope()
+
+                async def retention() -> None:
+                    with retention_scope:
+                        await _retention_passes()
+
+                async def _retention_passes() -> None:
+                    while prune_every:
+                        await anyio.sleep(prune_every)
+                        started = time.perf_counter()
+                        await bus.prune(
+                            retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0))
+                        )
+                        passes.append(round(time.perf_counter() - started, 1))
+
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(worker.run)
-                    t0 = mark = last_prune = time.perf_counter()
+                    tg.start_soon(retention)
+                    t0 = mark = time.perf_counter()
                     mark_count = 0
                     while (now := time.perf_counter()) - t0 < seconds:
                         if now - mark >= 30:
                             timeline.append(round((seen.count - mark_count) / (now - mark)))
                             mark, mark_count = now, seen.count
-                        if prune_every and now - last_prune >= prune_every:
-                            await bus.prune(
-                                retention=Retention(
-                                    completed_retention=timedelta(0), dedup_window=timedelta(0)
-                                )
-                            )
-                            prunes, last_prune = prunes + 1, time.perf_counter()
-                            continue
                         if (rate and published >= rate * (now - t0)) or published - seen.count >= ahead:
                             await anyio.sleep(0.005)
                             continue
@@ -115,6 +126,7 @@ async def run(
                     elapsed = time.perf_counter() - t0
                     completed = seen.count
                     worker.stop()
+                    retention_scope.cancel()  # a retention pass in flight is cut short
             after = await counters(dsn, schema)
             completed_after_stop = seen.count
         async with _bus(dsn, schema, append_only=append_only, handled=seen.hit) as bus:
@@ -135,7 +147,7 @@ async def run(
         "completed": total_done,
         "completed_per_second": completed / elapsed,
         "completed_per_second_each_30s": timeline,
-        "prunes": prunes,
+        "retention_pass_seconds": passes,
         "per_delivery": {
             "updates_deletes": (after["writes"] - before["writes"]) / total_done,
             "delivery_updates_deletes": (after["delivery_writes"] - before["delivery_writes"]) / total_done,
