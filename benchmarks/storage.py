@@ -2,6 +2,9 @@
 
     python -m benchmarks.storage --dsn postgresql://postgres@127.0.0.1:5432/test --n 100000 \\
         --json benchmarks/results/storage_postgres.json
+    python -m benchmarks.storage --n 100000 --append-only          # the append-only hot path
+    python -m benchmarks.storage --n 100000 --paths default,append-only \\
+        --json benchmarks/results/append_only_storage.json     # both, alternating, one sitting
 
 One subscription with a no-op handler on a fresh schema. Each run has three
 phases, each with a bus of its own (closing a bus ends its connections, and a
@@ -13,14 +16,35 @@ phase's counters are complete when the next one starts):
 - ``retention``: one pass of the bus's retention as it runs today
   (``bus.prune`` with a completed retention of zero: batched deletes of the
   completed deliveries; on PostgreSQL the chunk of the events is closed and
-  dropped).
+  dropped). On the append-only path (``--append-only``: every phase's bus is
+  ``Bus(dsn, append_only=True)``) ``bus.prune`` drops only the outcome log's
+  days that have ended, and today's cannot end inside a benchmark: the phase
+  then drops today's day too, as the first pass after midnight (UTC) would, by
+  calling the schema's ``delivery_log_drop(<tomorrow>, 30)``. Before
+  ``bus.prune`` the retention phase of that path runs the ring's upkeep
+  turns (``deliveries.upkeep()``) until the drained slot is truncated, as a
+  running worker does within seconds of a drain, long before retention is
+  due (``--no-ring-upkeep`` leaves it: retention then finds every event's
+  ready row still in the ring and moves the events into ``events_kept``
+  instead of dropping them with their chunk; ``events_kept_after_retention``
+  counts them).
+
+On the append-only path the drain finds a backlog that has sat in the ring
+longer than the ring keeps rows (``MAX_AGE_SECONDS`` of ``ring.py``, counted
+from the slot's opening, here at the schema's migration): the worker's first
+upkeep turn spills it into ``deliveries`` and it is drained there, by today's
+statements. ``in_deliveries_table`` counts the deliveries that left the ring;
+``benchmarks/steady.py`` measures the ring with publishing and draining
+together.
 
 Per completed delivery and per phase: updates plus deletes on the bus's
 tables (``n_tup_upd + n_tup_del`` of ``pg_stat_user_tables``, the tuples each
 statement left dead), and of those on the event log's tables alone (events
 and its chunks, event_keys, event_chunks, kept_keys: ``event_updates_deletes``;
-a chunk dropped whole leaves none), the dead tuples not yet vacuumed (``n_dead_tup``), WAL
-bytes, and the growth of the tables with their indexes
+a chunk dropped whole leaves none), and on the delivery tables alone
+(deliveries, the ring's ring_ready and ring_claims with their slots, and the
+outcome log delivery_log with its days: ``delivery_updates_deletes``), the
+dead tuples not yet vacuumed (``n_dead_tup``), WAL bytes, and the growth of the tables with their indexes
 (``pg_total_relation_size``). ``wal_bytes`` is the run's own WAL, read with
 the ``pg_walinspect`` extension (created in the scratch schema, dropped with
 it): the records of the transactions that wrote to the schema's relations,
@@ -34,7 +58,15 @@ are counts.
 The run is made twice: clean, then with another connection holding a
 ``REPEATABLE READ`` snapshot open (the xmin horizon held back, so nothing
 the run leaves dead can be vacuumed) for at most ``--hold-seconds``; the
-ratio of the two drain rates is reported.
+ratio of the two drain rates is reported. The snapshot is taken once the
+subscription is registered: a transaction older than a subscription keeps its
+backfill owed until it ends, and on the append-only path no delivery of a
+subscription with a backfill owed enters the ring (all of them would go to
+``deliveries``). ``--paths default,append-only``
+makes the clean runs of both paths, then the held runs, alternating, into
+one file. Every run checks that each event's handler ran exactly once
+(``handled``, ``duplicates``) and that nothing is left to run after the drain
+(``left_after_drain``, from ``bus.status()``).
 """
 
 from __future__ import annotations
@@ -45,7 +77,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -62,6 +94,9 @@ SELECT pg_current_wal_lsn()::text AS lsn,
        coalesce(sum(s.n_tup_upd + s.n_tup_del)
                 FILTER (WHERE s.relname ~ '^(events|event_keys|event_chunks|kept_keys)'), 0)::bigint
            AS event_writes,
+       coalesce(sum(s.n_tup_upd + s.n_tup_del)
+                FILTER (WHERE s.relname ~ '^(deliveries|ring_ready|ring_claims|delivery_log)'), 0)::bigint
+           AS delivery_writes,
        coalesce(sum(s.n_dead_tup), 0)::bigint AS dead,
        coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint AS bytes
 FROM pg_stat_user_tables s
@@ -124,12 +159,34 @@ async def wal_between(dsn: str, schema: str, before: str, after: str) -> tuple[i
         await conn.close()
 
 
-def _bus(dsn: str, schema: str, *, migrate: bool = False) -> Bus:
-    bus = Bus(dsn, schema=schema, max_pool_size=8, migrate=migrate)
+class Handled:
+    """Which events the handler ran, and how many ran more than once."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+        self.duplicates = 0
+
+    def hit(self, n: int) -> None:
+        if n in self.seen:
+            self.duplicates += 1
+        self.seen.add(n)
+
+
+def _bus(
+    dsn: str,
+    schema: str,
+    *,
+    migrate: bool = False,
+    append_only: bool = False,
+    handled: Callable[[int], None] | None = None,
+) -> Bus:
+    """A bus on ``schema`` with the benchmark's subscription; ``handled`` is told each event's number."""
+    bus = Bus(dsn, schema=schema, max_pool_size=8, migrate=migrate, append_only=append_only)
 
     @bus.subscribe(BenchEvent, name="bench.storage")
     async def handle(event: BenchEvent, ctx: Context) -> None:
-        pass
+        if handled is not None:
+            handled(event.n)
 
     return bus
 
@@ -148,8 +205,40 @@ async def _drain(bus: Bus) -> float:
     return done.processed / (time.perf_counter() - started)
 
 
-async def _retention(bus: Bus) -> None:
+async def _retention(bus: Bus, dsn: str, schema: str, append_only: bool, upkeep_first: bool) -> None:
+    if append_only and upkeep_first:
+        # What a running worker's upkeep does within seconds of the drain, long before
+        # retention: the drained slot is rotated out, closed and truncated.
+        for _ in range(100):
+            await bus.backend.deliveries.upkeep()
+            if not await _count(dsn, schema, "ring_ready"):
+                break
+            await anyio.sleep(0.2)
     await bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
+    if append_only:
+        # Today's day of the outcome log, dropped as the first pass after it ends would.
+        conn = await asyncpg.connect(dsn)
+        try:
+            await conn.fetchval(
+                f"SELECT \"{schema}\".delivery_log_drop((now() AT TIME ZONE 'UTC')::date + 1, 30)"
+            )
+        finally:
+            await conn.close()
+
+
+async def _count(dsn: str, schema: str, table: str) -> int:
+    """Rows in one of the schema's tables (on the append-only path: the deliveries that left the ring)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return int(await conn.fetchval(f'SELECT count(*) FROM "{schema}".{table}'))
+    finally:
+        await conn.close()
+
+
+async def _left(bus: Bus) -> int:
+    """Deliveries not completed, by the bus's own status."""
+    report = await bus.status()
+    return sum(r.count for r in report.rows if r.status != "completed")
 
 
 @contextlib.asynccontextmanager
@@ -180,14 +269,28 @@ async def held_horizon(dsn: str, hold: bool, seconds: float) -> AsyncIterator[di
         await conn.close()
 
 
-async def _phase(bus: Bus, phase: str, n: int) -> float:
+async def _phase(
+    bus: Bus,
+    phase: str,
+    n: int,
+    dsn: str,
+    schema: str,
+    append_only: bool,
+    checks: dict[str, int],
+    upkeep_first: bool = True,
+) -> float:
     """Run one phase on ``bus``; the drain's deliveries per second (0 for the others)."""
     if phase == "publish":
         await _publish(bus, n)
     elif phase == "drain":
-        return await _drain(bus)
+        rate = await _drain(bus)
+        checks["left_after_drain"] = await _left(bus)
+        checks["in_deliveries_table"] = await _count(dsn, schema, "deliveries")
+        return rate
     else:
-        await _retention(bus)
+        await _retention(bus, dsn, schema, append_only, upkeep_first)
+        if append_only:
+            checks["events_kept_after_retention"] = await _count(dsn, schema, "events_kept")
     return 0.0
 
 
@@ -203,19 +306,23 @@ async def wal_kept(dsn: str, name: str) -> AsyncIterator[None]:
         await conn.close()  # a temporary slot goes with its session
 
 
-async def run(dsn: str, n: int, hold: bool, hold_seconds: float) -> dict[str, Any]:
+async def run(
+    dsn: str, n: int, hold: bool, hold_seconds: float, append_only: bool = False, upkeep_first: bool = True
+) -> dict[str, Any]:
     """One run (publish, drain, retention) on a fresh schema; per-delivery figures per phase."""
     schema = f"eventbus_storage_{uuid.uuid4().hex[:10]}"
     phases: dict[str, dict[str, Any]] = {}
     rate = 0.0
+    handled = Handled()
+    checks: dict[str, int] = {}
     try:
+        async with _bus(dsn, schema, migrate=True, append_only=append_only) as bus:
+            await bus.register()  # before the snapshot is taken: see the docstring
         async with wal_kept(dsn, schema), held_horizon(dsn, hold, hold_seconds) as held:
-            async with _bus(dsn, schema, migrate=True):
-                pass
             before = await counters(dsn, schema)
             for phase in PHASES:
-                async with _bus(dsn, schema) as bus:
-                    rate = await _phase(bus, phase, n) or rate
+                async with _bus(dsn, schema, append_only=append_only, handled=handled.hit) as bus:
+                    rate = await _phase(bus, phase, n, dsn, schema, append_only, checks, upkeep_first) or rate
                 after = await counters(dsn, schema)
                 phases[phase] = await _per_delivery(dsn, schema, before, after, n)
                 before = after
@@ -224,7 +331,16 @@ async def run(dsn: str, n: int, hold: bool, hold_seconds: float) -> dict[str, An
             await bus.backend.schema.drop()
     phases["total"] = {k: sum(p[k] for p in phases.values()) for k in phases["publish"] if k != "bytes_after"}
     phases["total"]["n_dead_tup_at_end"] = phases["retention"]["n_dead_tup_at_end"]
-    return {"held_xmin": hold, **held, "n": n, "drain_per_second": rate, "per_delivery": phases}
+    checks.update(handled=len(handled.seen), duplicates=handled.duplicates)
+    return {
+        "path": "append-only" if append_only else "default",
+        "held_xmin": hold,
+        **held,
+        "n": n,
+        "drain_per_second": rate,
+        "checks": checks,
+        "per_delivery": phases,
+    }
 
 
 async def _per_delivery(
@@ -234,6 +350,7 @@ async def _per_delivery(
     return {
         "updates_deletes": (after["writes"] - before["writes"]) / n,
         "event_updates_deletes": (after["event_writes"] - before["event_writes"]) / n,
+        "delivery_updates_deletes": (after["delivery_writes"] - before["delivery_writes"]) / n,
         "inserts": (after["inserts"] - before["inserts"]) / n,
         "wal_bytes": (wal_all if wal_own is None else wal_own) / n,
         "wal_bytes_cluster": wal_all / n,
@@ -243,20 +360,31 @@ async def _per_delivery(
     }
 
 
+PATHS = {"default": False, "append-only": True}
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    clean = await run(args.dsn, args.n, False, args.hold_seconds)
-    print(json.dumps(clean, indent=1), flush=True)
-    held = await run(args.dsn, args.n, True, args.hold_seconds)
-    print(json.dumps(held, indent=1), flush=True)
-    return {
+    paths = args.paths.split(",") if args.paths else ["append-only" if args.append_only else "default"]
+    if unknown := set(paths) - set(PATHS):
+        raise SystemExit(f"--paths: unknown {sorted(unknown)}; known: {', '.join(PATHS)}")
+    runs: dict[str, dict[str, Any]] = {p: {} for p in paths}
+    for hold in (False, True):
+        for path in paths:
+            one = await run(args.dsn, args.n, hold, args.hold_seconds, PATHS[path], not args.no_ring_upkeep)
+            one["load1"] = os.getloadavg()[0]
+            print(json.dumps(one, indent=1), flush=True)
+            runs[path]["held_xmin" if hold else "clean"] = one
+    for r in runs.values():
+        r["held_over_clean_drain"] = r["held_xmin"]["drain_per_second"] / r["clean"]["drain_per_second"]
+    out = {
         "benchmark": "storage",
         "backend": "postgres",
         "load1": os.getloadavg()[0],
-        "clean": clean,
-        "held_xmin": held,
-        "held_over_clean_drain": held["drain_per_second"] / clean["drain_per_second"],
         "reference": {"awa_published_dead_tuples_per_job": 0.007},
     }
+    if len(paths) == 1:
+        return {**out, "path": paths[0], **runs[paths[0]]}
+    return {**out, "paths": runs}
 
 
 if __name__ == "__main__":
@@ -267,6 +395,17 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=100_000, help="Deliveries per run.")
     parser.add_argument(
         "--hold-seconds", type=float, default=300.0, help="Longest the snapshot is held in the held run."
+    )
+    parser.add_argument(
+        "--append-only", action="store_true", help="Open every phase's bus with append_only=True."
+    )
+    parser.add_argument(
+        "--paths", default="", help="Paths to run side by side, alternating: default,append-only."
+    )
+    parser.add_argument(
+        "--no-ring-upkeep",
+        action="store_true",
+        help="Append-only path: run retention straight after the drain, the drained slot not yet truncated.",
     )
     parser.add_argument("--json", dest="json_path")
     ns = parser.parse_args()

@@ -162,7 +162,10 @@ class Bus(Router):
         (``"transaction"`` behind PgBouncer's transaction pooling or a managed
         pooler like it), ``pooler_prepared_statements``, ``listen_dsn``,
         ``poll_interval_seconds`` (also DSN options, see the Deploying guide),
-        and the pool sizes (``eventbus.backends.postgres.PostgresBackend``).
+        the pool sizes (``eventbus.backends.postgres.PostgresBackend``), and
+        ``append_only=True``: ordinary deliveries are written as inserts only
+        and their space returned by TRUNCATE and DROP (the Operating guide;
+        :mod:`eventbus.backends.postgres.ring`).
         On both backends: ``priority_step_seconds`` (default 60), the seconds
         of waiting one priority level is worth: a delivery of priority ``p``
         sorts as if it were due ``p`` steps later, so it waits at most ``p``

@@ -14,6 +14,11 @@ PgBouncer in transaction pooling mode started by the run (the bus opened with
 ``--backend postgres-pgbouncer`` is given. A fourth,
 ``postgres-pgbouncer-session`` (PgBouncer in session mode, ``?pooler=session``),
 runs only when named with ``--backend``.
+
+A fifth, ``postgres-append-only``, is PostgreSQL with the append-only hot path
+(``Bus(dsn, append_only=True)``, eventbus/backends/postgres/ring.py). The tests
+marked ``append_only`` run on it by default; every backend test does when
+``--backend postgres-append-only`` is given.
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ POOLED = "postgres-pgbouncer"
 """PostgreSQL through PgBouncer in transaction mode (``?pooler=transaction``)."""
 POOLED_SESSION = "postgres-pgbouncer-session"
 """PostgreSQL through PgBouncer in session mode (``?pooler=session``): only with ``--backend``."""
+APPEND_ONLY = "postgres-append-only"
+"""PostgreSQL with the append-only hot path (``Bus(dsn, append_only=True)``)."""
+APPEND_ONLY_MARK = "append_only"
 POOLER_MARK = "pooler"
 """The mark of a backend test that also runs through PgBouncer without ``--backend``: one whose
 code behaves differently behind a transaction pooler (tests/contract/README.md)."""
@@ -56,7 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--backend",
         action="append",
-        choices=[*BACKENDS, POOLED, POOLED_SESSION],
+        choices=[*BACKENDS, POOLED, POOLED_SESSION, APPEND_ONLY],
         help="run the backend tests on this backend only (repeatable; default: every backend)",
     )
 
@@ -78,7 +86,13 @@ def _backend_of(item: pytest.Item) -> str | None:
 def _kinds(config: pytest.Config, definition: pytest.Item) -> list[str]:
     chosen = config.getoption("backend") or ()
     pooled = POOLED in chosen or definition.get_closest_marker(POOLER_MARK) is not None
-    return [*BACKENDS, *([POOLED] if pooled else []), *([POOLED_SESSION] if POOLED_SESSION in chosen else [])]
+    ring = APPEND_ONLY in chosen or definition.get_closest_marker(APPEND_ONLY_MARK) is not None
+    return [
+        *BACKENDS,
+        *([POOLED] if pooled else []),
+        *([POOLED_SESSION] if POOLED_SESSION in chosen else []),
+        *([APPEND_ONLY] if ring else []),
+    ]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -150,8 +164,17 @@ def pgbouncer_session(pg_server_dsn: str) -> Iterator[PgBouncer]:
 class Target:
     """Where a test's bus lives: a DSN plus, on PostgreSQL, its own schema."""
 
-    def __init__(self, kind: str, dsn: str, schema: str | None, direct_dsn: str | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        dsn: str,
+        schema: str | None,
+        direct_dsn: str | None = None,
+        options: dict[str, object] | None = None,
+    ) -> None:
         self.kind = kind
+        self.options = options or {}
+        """Options every bus of the target is opened with (``append_only``)."""
         self.dsn = dsn
         self.schema = schema
         self.direct_dsn = direct_dsn or dsn
@@ -160,12 +183,14 @@ class Target:
     def env(self) -> dict[str, str]:
         env = dict(os.environ, EVENTBUS_DSN=self.dsn)
         env.setdefault("EVENTBUS_MAX_POOL_SIZE", "4")  # see tests/support/processes.py
+        if self.options.get("append_only"):
+            env["EVENTBUS_APPEND_ONLY"] = "1"
         if self.schema:
             env["EVENTBUS_SCHEMA"] = self.schema
         return env
 
     def bus(self, **options: object) -> Bus:
-        return Bus(self.dsn, schema=self.schema, **options)  # type: ignore[arg-type]
+        return Bus(self.dsn, schema=self.schema, **{**self.options, **options})  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -181,6 +206,8 @@ async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureReque
         )
         pooled = f"{bouncer.dsn_for(dsn)}?pooler={bouncer.mode}"
         yield Target("postgres", pooled, schema, direct_dsn=dsn)
+    elif backend_kind == APPEND_ONLY:
+        yield Target("postgres", dsn, schema, options={"append_only": True})
     else:
         yield Target("postgres", dsn, schema)
     await drop_schema(dsn, schema)

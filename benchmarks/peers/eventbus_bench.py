@@ -4,6 +4,9 @@
         --dsn postgresql://postgres@127.0.0.1:5432/bench_eventbus --n 20000 --json out.json
 
 Public API only: Bus.publish / publish_many, @bus.subscribe, Worker.run / stop.
+The drain settings include the append-only hot path (``Bus(dsn,
+append_only=True)``) beside the default one; ``EVENTBUS_APPEND_ONLY=1`` in the
+environment puts every setting on it.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ class Tick(Event, event_type="bench.peer_tick"):
 
 
 class EventbusAdapter:
-    def __init__(self, dsn: str, concurrency: int = 200, batch_size: int = 100) -> None:
+    def __init__(
+        self, dsn: str, concurrency: int = 200, batch_size: int = 100, append_only: bool | None = None
+    ) -> None:
         self.dsn = dsn
+        self.append_only = append_only  # None: EVENTBUS_APPEND_ONLY decides
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.on_job: Callable[[], None] = lambda: None
@@ -40,7 +46,7 @@ class EventbusAdapter:
 
     async def open(self) -> None:
         await recreate_database(self.dsn)
-        self.bus = Bus(self.dsn)
+        self.bus = Bus(self.dsn, append_only=self.append_only)
 
         @self.bus.subscribe(Tick, name="bench")
         async def handle(event: Tick, ctx: Context) -> None:
@@ -82,6 +88,7 @@ async def main() -> None:
     settings = {
         "default: concurrency=200, batch=100": lambda: EventbusAdapter(args.dsn, 200, 100),
         "small: concurrency=20, batch=10": lambda: EventbusAdapter(args.dsn, 20, 10),
+        "append-only: concurrency=200, batch=100": lambda: EventbusAdapter(args.dsn, 200, 100, True),
     }
     recs = await run_all("eventbus", args, settings, lambda: EventbusAdapter(args.dsn))
     write_results(args.json, recs)

@@ -14,7 +14,8 @@ from .._priority import MAX_PRIORITY
 from ..errors import ConfigurationError
 
 __all__ = [
-    "contains_like", "load_queries", "message_like", "quote_schema", "validate_schema", "with_priority_step",
+    "contains_like", "load_queries", "message_like", "query_names", "quote_schema", "validate_schema",
+    "with_priority_step",
 ]  # fmt: skip
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -89,6 +90,12 @@ def load_queries(backend: str, schema: str) -> dict[str, str]:
                 raise ConfigurationError(f"query {name!r} is defined twice in {backend}/queries")
             blocks[name] = body.strip().rstrip(";")
     return assemble(blocks, schema, f"{backend}/queries")
+
+
+def query_names(backend: str, file: str) -> set[str]:
+    """The names of the blocks of one ``eventbus/backends/<backend>/queries/`` file."""
+    folder = resources.files(f"eventbus.backends.{backend}").joinpath("queries")
+    return set(_NAME_RE.findall(folder.joinpath(file).read_text("utf-8")))
 
 
 def assemble(blocks: dict[str, str], schema: str, where: str) -> dict[str, str]:

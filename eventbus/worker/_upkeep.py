@@ -2,6 +2,9 @@
 
 - lease renewal: the leases of every run this worker holds, a third of the
   shortest lease apart (in burst mode too);
+- storage upkeep: the store's own, when it has one (PostgreSQL's append-only
+  ring: rotation and pruning of its slots), every
+  ``deliveries.upkeep_seconds``, in burst mode too;
 - lease recovery: expired leases of any worker back to pending, and
   backfills whose publishes have settled finished, every
   ``recovery_interval_seconds`` (a cheap partial-index probe);
@@ -96,15 +99,18 @@ class Periodic:
 
 
 def upkeep_services(bus: Bus, worker: Worker) -> list[Service]:
-    """The services ``worker`` runs for ``bus``: lease renewal only in burst mode."""
+    """The services ``worker`` runs for ``bus``; in burst mode only renewal, storage upkeep, rollup."""
     leases = [a.sub.lease_seconds for a in worker._claims.active.values()] or [30.0]
     renewal = Periodic("lease renewal", min(leases) / 3, lambda: _renew_leases(worker), min(leases) / 3)
     rollup = _rollup(bus, worker)
+    every = worker.deliveries.upkeep_seconds
+    storage = [Periodic("storage upkeep", every, lambda: _storage_upkeep(worker))] if every else []
     if worker.burst:
-        return [renewal, *rollup]
+        return [renewal, *storage, *rollup]
     interval = worker.recovery_interval_seconds
     services: list[Service] = [
         renewal,
+        *storage,
         Periodic("lease recovery", interval, lambda: _recover_leases(worker)),
         *_rescue(bus, worker),
         Periodic("liveness", interval * max(1, round(BEAT_SECONDS / interval)), lambda: report_alive(worker)),
@@ -172,6 +178,14 @@ async def _renew_leases(worker: Worker) -> None:
         lost = [i for i in ids if i not in kept and (i, token) in in_flight]
         if lost:
             log.warning("leases lost for deliveries %s; their results will be refused", lost)
+
+
+async def _storage_upkeep(worker: Worker) -> None:
+    """The store's own upkeep turn (PostgreSQL's append-only ring)."""
+    try:
+        await worker.deliveries.upkeep()
+    except BackendError as exc:
+        log.warning("storage upkeep failed: %s", exc)
 
 
 async def _recover_leases(worker: Worker) -> None:

@@ -199,7 +199,7 @@ async def test_a_publish_racing_a_rotation_keeps_its_event_and_delivery(pg_bus, 
         db = pg_bus.backend.db
         racing_id = await racing.fetchval(
             db.q["publish_one"], "test.order_placed", None, b'{"order_id":"r"}', "{}", 0.0, None, None,
-            None, db.channel, None, 1, 0, db.priority_step,
+            None, db.channel, None, 1, 0, db.priority_step, False,
         )  # fmt: skip
         # Meanwhile other publishes and passes that close chunks and try to drop them.
         async with anyio.create_task_group() as tg:

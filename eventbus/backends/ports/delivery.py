@@ -393,6 +393,14 @@ class DeliveryStore(Protocol):
         """
         ...
 
+    upkeep_seconds: float | None
+    """How often each worker offers to run :meth:`upkeep`; None when the store needs none."""
+
+    async def upkeep(self) -> None:
+        """Storage upkeep beside claiming, one process at a time (PostgreSQL's append-only ring:
+        rotation and pruning of its slots). Safe to call from every worker at once."""
+        ...
+
     async def worker_beat(
         self, worker_id: str, *, gone: bool = False, subscription_ids: Sequence[int] = ()
     ) -> None:

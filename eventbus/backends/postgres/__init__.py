@@ -61,6 +61,10 @@ class PostgresBackend:
         for work (default 0.5).
     :param priority_step_seconds: the seconds of waiting a priority level is
         worth (default 60; see ``Bus``).
+    :param append_only: take the append-only hot path (see
+        :mod:`eventbus.backends.postgres.ring`): an ordinary delivery is three
+        inserts and no update, its space returned by TRUNCATE and DROP. Also
+        ``EVENTBUS_APPEND_ONLY=1``.
     """
 
     kind: Literal["postgres"] = "postgres"
@@ -82,6 +86,7 @@ class PostgresBackend:
         listen_dsn: str | None = None,
         poll_interval_seconds: float | None = None,
         priority_step_seconds: float = DEFAULT_PRIORITY_STEP_SECONDS,
+        append_only: bool | None = None,
     ) -> None:
         self.options = pg_options(
             dsn,
@@ -103,6 +108,8 @@ class PostgresBackend:
             dead_client_seconds=dead_client_seconds if self.options.pooler == "none" else None,
         )
         self.db.priority_step = checked_priority_step(priority_step_seconds)
+        if _append_only(append_only):
+            self.db.take_append_only()
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""
         self.wakeups = PgWakeups(
@@ -130,6 +137,18 @@ class PostgresBackend:
         await self.db.aclose()
         if self.reads is not None:
             await self.reads.aclose()
+
+
+def _append_only(given: bool | None) -> bool:
+    """``append_only`` as given, else ``EVENTBUS_APPEND_ONLY`` (1/true/yes/on or 0/false/no/off)."""
+    if given is not None:
+        return given
+    text = os.environ.get("EVENTBUS_APPEND_ONLY", "").strip().lower()
+    if text in ("", "0", "false", "no", "off"):
+        return False
+    if text in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigurationError(f"EVENTBUS_APPEND_ONLY must be 1 or 0 (or true/false, on/off), got {text!r}")
 
 
 def _pool_size(given: int | None) -> int:

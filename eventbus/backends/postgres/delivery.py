@@ -34,6 +34,7 @@ from ..ports import (
 )
 from ._db import PgDb, translate_errors
 from ._transaction import handler_transaction
+from .ring import UPKEEP_SECONDS, PgRing, evict
 from .wakeups import PgWakeups
 from .workflows import start_on
 
@@ -49,12 +50,16 @@ _FULL_SWEEP_EVERY = 60.0
 _SWEEP_OVERLAP = datetime.timedelta(seconds=2)
 
 
-def _claimed(rows: Sequence[asyncpg.Record], subscription_id: int, token: str) -> list[ClaimedDelivery]:
+def _claimed(
+    rows: Sequence[asyncpg.Record], subscription_id: int, token: str, cursor: bool | None = None
+) -> list[ClaimedDelivery]:
     """Claimed rows as deliveries, written out by hand: this runs for every delivery.
 
     The rows are unpacked by position (a quarter of the time of a lookup by
     name per column): the columns of claim, claim_after and claim_ordered, in
-    their order.
+    their order (ring_claim's too, its last column the slot). ``cursor``: the
+    position is the claim order's (None), the ring's delivery id (True) or
+    none (False: a claim from ``deliveries`` beside the ring, always from the start).
     """
     out = []
     for (
@@ -75,7 +80,7 @@ def _claimed(rows: Sequence[asyncpg.Record], subscription_id: int, token: str) -
                 correlation_id=correlation_id,
                 ordering_key=ordering_key,
                 created_at=created_at,
-                position=(place, run_at, id_),
+                position=(place, run_at, id_) if cursor is None else (id_,) if cursor else None,
                 run_at=run_at,
                 causation_id=causation_id,
                 event_version=version,
@@ -94,6 +99,9 @@ class PgDeliveries:
         self._wakeups = wakeups  # its health goes into each worker beat
         self._swept_to: datetime.datetime | None = None  # see recover_expired
         self._full_sweep = Spaced(_FULL_SWEEP_EVERY)
+        self.ring: PgRing | None = PgRing(db) if db.append_only else None
+        """The append-only hot path, when the bus takes it (see :mod:`.ring`)."""
+        self.upkeep_seconds: float | None = UPKEEP_SECONDS if self.ring is not None else None
 
     # -- publish -------------------------------------------------------------
 
@@ -167,6 +175,7 @@ class PgDeliveries:
         if served and row["state"] != "active":
             warn_not_active(spec.name, row["state"])
         if not row["created"] and row["was_ordered"] != spec.ordered:
+            await evict(conn, self.db, row["id"])  # the ring holds no ordered deliveries
             await conn.execute(self.q["rekey"], row["id"], spec.ordered)
         if row["created"] and spec.start_from == "earliest":
             await conn.execute(self.q["backfill_guard"], self.db.channel)
@@ -219,6 +228,8 @@ class PgDeliveries:
         token = uuid.uuid4()
         widest = MAX_PRIORITY * self.db.priority_step  # no row sorts later than this past its time
         args: tuple[Any, ...] = (subscription_id, limit, lease_seconds, token, uuid.UUID(worker_id), widest)
+        if self.ring is not None and not ordered:
+            return await self._claim_both(args, after)
         if ordered:
             query = self.q["claim_ordered"]
         elif after is not None:
@@ -236,6 +247,34 @@ class PgDeliveries:
                 return []
         return _claimed(rows, subscription_id, str(token))
 
+    async def _claim_both(self, args: tuple[Any, ...], after: Any) -> list[ClaimedDelivery]:
+        """With the ring: what is due in ``deliveries`` (retries, spilled backlogs, prioritised
+        deliveries) and placed before the ring's next row, from the start; then the ring from
+        the cursor (a delivery id: the ring's rows are all due when published, in id order);
+        then, if the ring ran dry, the rest of what is due in ``deliveries``. Only ring rows
+        carry a cursor position. A look at ``deliveries`` that found no more work placed before
+        the ring is not made again for :data:`~.ring.QUEUE_LOOK_SECONDS` (two statements per
+        claim instead of three in the steady state)."""
+        assert self.ring is not None
+        subscription_id, limit, lease_seconds, token, worker, _ = args
+        cursor = 0 if after is None else after[0]
+        ring: list[Any] | None = None
+        out: list[ClaimedDelivery] = []
+        async with self.db.conn("claim") as conn:
+            if self.ring.queue_due(subscription_id):
+                rows = await self.ring.claim_queue(conn, args, cursor)
+                out = _claimed(rows, subscription_id, str(token), cursor=False)
+                self.ring.queue_looked(subscription_id, found_all=len(out) == limit)
+            if len(out) < limit:
+                ring = await self.ring.claim(
+                    conn, subscription_id, limit - len(out), lease_seconds, token, worker, cursor
+                )
+                out += _claimed(ring, subscription_id, str(token), cursor=True)
+            if len(out) < limit and ring is not None:  # the ring ran dry: what deliveries has placed after it
+                rows = await conn.fetch(self.q["claim"], subscription_id, limit - len(out), *args[2:])
+                out += _claimed(rows, subscription_id, str(token), cursor=False)
+        return out
+
     async def complete(self, completions: Sequence[Completion]) -> set[LeaseKey]:
         """Mark completed, insert follow-ups and start runs, in one transaction, for owned rows only.
 
@@ -249,10 +288,28 @@ class PgDeliveries:
             # One statement (a claim batch's results, nothing to insert): atomic on its own,
             # without the two round trips of a transaction's BEGIN and COMMIT.
             async with self.db.conn("complete") as conn:
-                rows = await conn.fetch(self.q["complete"], [c.delivery_id for c in completions], token)
-            return {(r[0], token) for r in rows}  # r[0]: the id
+                return await self._complete_ids(conn, [c.delivery_id for c in completions], token)
         async with self.db.tx("complete") as conn:
             return await self.complete_on(conn, completions)
+
+    async def _complete_ids(self, conn: Any, ids: list[DeliveryId], token: str) -> set[LeaseKey]:
+        """Complete ``ids`` held under ``token``: ring claims by an outcome row, the others (and
+        ring claims moved into ``deliveries`` meanwhile) by the guarded update."""
+        if self.ring is None:
+            rows = await conn.fetch(self.q["complete"], ids, token)
+            return {(r[0], token) for r in rows}  # r[0]: the id
+        done: set[DeliveryId] = set()
+        ring, ids = self.ring.split(ids)
+        if ring:
+            done = await self.ring.complete(conn, ring, token)
+            self.ring.forget(ring)
+            ids += [i for i in ring if i not in done]  # moved meanwhile
+        if ids:
+            done.update(r[0] for r in await conn.fetch(self.q["complete"], ids, token))
+            rest = [i for i in ids if i not in done]
+            if rest:  # claimed in the ring by another process (a pull consumer's ids)
+                done.update(await self.ring.complete_anywhere(conn, rest, token))
+        return {(i, token) for i in done}
 
     async def complete_on(self, conn: Any, completions: Sequence[Completion]) -> set[LeaseKey]:
         """:meth:`complete`'s writes on ``conn``, in the transaction the caller holds open."""
@@ -261,8 +318,7 @@ class PgDeliveries:
             by_token.setdefault(c.lease_token, []).append(c.delivery_id)
         done: set[LeaseKey] = set()
         for token, ids in by_token.items():
-            rows = await conn.fetch(self.q["complete"], ids, token)
-            done.update([(r[0], token) for r in rows])  # r[0]: the id
+            done.update(await self._complete_ids(conn, ids, token))
         follow_ups = [e for c in completions if c.follow_ups and c.lease in done for e in c.follow_ups]
         if follow_ups:
             await self.db.publish_on(conn, follow_ups)
@@ -280,6 +336,11 @@ class PgDeliveries:
             return set()
         f = failures
         async with self.db.conn("fail") as conn:
+            if self.ring is not None:  # ring claims first move into deliveries, where retries live
+                for token in {x.lease_token for x in f}:
+                    await self.ring.move_ids(
+                        conn, [x.delivery_id for x in f if x.lease_token == token], token
+                    )
             rows = await conn.fetch(
                 self.q["fail"],
                 [x.delivery_id for x in f],
@@ -300,16 +361,34 @@ class PgDeliveries:
         if not ids:
             return 0
         async with self.db.conn("release") as conn:
+            if self.ring is not None:
+                await self.ring.move_ids(conn, ids, lease_token)
             row = await conn.fetchrow(self.q["release"], list(ids), lease_token, self.db.channel)
         return int(row["released"])
 
     async def extend(
         self, ids: Sequence[DeliveryId], lease_token: str, lease_seconds: float
     ) -> set[DeliveryId]:
-        """Renew the leases still held under ``lease_token``; return the ids renewed."""
+        """Renew the leases still held under ``lease_token``; return the ids renewed.
+
+        With the ring, a claim younger than a third of its lease needs no renewal
+        yet (the next comes before its lease ends): it is only read; an older one moves into
+        ``deliveries`` and is renewed there from then on: a long handler's
+        renewals update a row, a short handler's claim is never touched.
+        """
+        kept: set[DeliveryId] = set()
         async with self.db.conn("lease renewal") as conn:
-            rows = await conn.fetch(self.q["extend"], list(ids), lease_token, lease_seconds)
-        return {DeliveryId(r["id"]) for r in rows}
+            if self.ring is not None:
+                young = self.ring.young(ids, lease_seconds)
+                if young:  # read, not written: still held in the ring, or moved out of it?
+                    kept.update(await self.ring.still_held(conn, young, lease_token))
+                ids = [i for i in ids if i not in kept]
+                if ids:
+                    await self.ring.move_ids(conn, ids, lease_token)
+            if ids:
+                rows = await conn.fetch(self.q["extend"], list(ids), lease_token, lease_seconds)
+                kept.update(DeliveryId(r["id"]) for r in rows)
+        return kept
 
     async def recover_expired(self, limit: int = 1000) -> int:
         """Sweep from where the last sweep left off, and from the start now and then.
@@ -326,6 +405,10 @@ class PgDeliveries:
         started = time.monotonic()
         floor = self._swept_to if started < self._full_sweep.due_at else None
         async with self.db.conn("lease recovery") as conn:
+            if self.ring is not None and await self.ring.move(
+                conn, await self.ring.live(conn), expired=True, limit=limit
+            ):
+                floor = None  # their leases ended before this sweep's window: sweep from the start
             row = await conn.fetchrow(self.q["recover_expired"], limit, self.db.channel, floor)
         ended = time.monotonic()
         if floor is None:
@@ -338,6 +421,8 @@ class PgDeliveries:
         """Take back the processing deliveries of lost workers (see ``DeliveryStore.rescue``)."""
         host = socket.gethostname()
         async with self.db.conn("worker rescue") as conn:
+            if self.ring is not None:  # a lost worker's ring claims move first, then go as the rest
+                await self.ring.move_lost(conn, silent_seconds, host)
             candidates = await conn.fetch(self.q["lost_worker_candidates"], silent_seconds, host)
             lost = lost_workers(candidates, silent_seconds, host)
             if not lost:
@@ -348,10 +433,17 @@ class PgDeliveries:
 
     async def next_run_in(self, subscription_id: int, after: Any = None) -> float | None:
         """Seconds until the next claimable delivery is due, or None (see ``DeliveryStore``)."""
-        since = None if after is None else after[1]  # the cursor's run_at
+        since = None if after is None or self.ring is not None else after[1]  # the cursor's run_at
         async with self.db.conn("next_run_in") as conn:
+            if self.ring is not None and await self.ring.waiting(conn, subscription_id):
+                return 0.0
             value = await conn.fetchval(self.q["next_run_in"], subscription_id, since)
         return None if value is None else float(value)
+
+    async def upkeep(self) -> None:
+        """The ring's upkeep turn (see :mod:`.ring`); nothing without the ring."""
+        if self.ring is not None:
+            await self.ring.upkeep()
 
     async def worker_beat(
         self, worker_id: str, *, gone: bool = False, subscription_ids: Sequence[int] = ()

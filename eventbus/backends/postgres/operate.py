@@ -9,6 +9,7 @@ import asyncpg
 
 from ...errors import NotFound
 from ._db import PgDb
+from .ring import evict, to_queue
 
 __all__ = ["PgOperator"]
 
@@ -45,6 +46,7 @@ class PgOperator:
     ) -> int:
         """Pending (and, given ``lost_after_seconds``, stuck) -> cancelled; returns how many moved."""
         async with self.db.tx("cancel") as conn:
+            await to_queue(conn, self.db, ids)
             if lost_after_seconds is None:
                 rows = await conn.fetch(self.q["cancel"], list(ids))
             else:
@@ -69,6 +71,7 @@ class PgOperator:
     ) -> int:
         """Stuck processing -> pending or dead, as a lease recovery (see ``Operator.release_stuck``)."""
         async with self.db.tx("release stuck") as conn:
+            await to_queue(conn, self.db, ids)
             query = self.q["release_stuck"]
             row = await conn.fetchrow(query, list(ids), self.db.channel, lost_after_seconds, message)
             moved = int(row["released"])
@@ -98,6 +101,7 @@ class PgOperator:
             row = await self._move(conn, name, "removed", ["active", "paused", "removed"])
             cancelled = 0
             if row is not None:
+                await evict(conn, self.db, row["id"])  # its ring rows are cancelled as the rest
                 result = await conn.execute(self.q["cancel_subscription"], row["id"])
                 cancelled = int(result.split()[-1])
             await self._audit(conn, audit, cancelled)

@@ -10,10 +10,12 @@ import anyio
 import asyncpg
 import orjson
 
+from ...errors import BackendError
 from .._observe import Override, shortest_cutoff
 from .._rows import row_as
 from ..ports import AuditBatch, ChunkPass, OccurrenceBatch, PruneBatch, RollupBatch, WorkflowBatch
 from ._db import PgDb
+from .ring import drop_days
 
 __all__ = ["PgRetention"]
 
@@ -94,6 +96,8 @@ class PgRetention:
             shortest_cutoff(completed_seconds, dead_seconds, overrides),
         )
         await self._touch_lock()
+        if self.db.append_only and after_event_id == 0 and completed_seconds is not None and not dry_run:
+            await self._drop_days(completed_seconds)
         async with self.db.conn() as conn, conn.transaction():
             # Never queue behind (or in front of) another lock holder for long.
             await conn.execute("SET LOCAL lock_timeout = '200ms'")
@@ -101,6 +105,18 @@ class PgRetention:
             row = await conn.fetchrow(self.q["prune_batch"], *args, events_may_go)
         # ``young`` is NULL for an empty batch (the end of the log).
         return row_as(PruneBatch, row, last_event_id=row["last_id"], young=bool(row["young"]))
+
+    async def _drop_days(self, completed_seconds: float) -> None:
+        """The append-only ring's completed deliveries: whole days of the outcome log, by DROP
+        TABLE (a day is dropped once it ended more than the completed retention ago). A drop
+        that would wait for a reader is left to the next pass."""
+        try:
+            async with self.db.conn() as conn, conn.transaction():
+                await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                await drop_days(conn, self.db, completed_seconds)
+        except BackendError as exc:
+            if not isinstance(exc.__cause__, asyncpg.exceptions.LockNotAvailableError):
+                raise
 
     async def prune_chunks(
         self,

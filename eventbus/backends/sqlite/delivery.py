@@ -151,6 +151,12 @@ class SQLiteDeliveries:
         value = found[0][0] if found else None
         return None if value is None else float(value)
 
+    upkeep_seconds: float | None = None
+    """The file needs no upkeep beside claiming (see ``DeliveryStore.upkeep``)."""
+
+    async def upkeep(self) -> None:
+        """Nothing to do: rows are updated in place and pruned by retention."""
+
     async def worker_beat(
         self, worker_id: str, *, gone: bool = False, subscription_ids: Sequence[int] = ()
     ) -> None:

@@ -12,6 +12,8 @@ from eventbus.backends.base import Completion
 
 from ...support.helpers import FAST, OrderPlaced, PaymentRequested, Shipped, counts, drain
 
+pytestmark = pytest.mark.append_only
+
 
 @pytest.mark.pooler
 async def test_follow_ups_form_a_chain(bus) -> None:

@@ -14,6 +14,8 @@ from eventbus.backends.sqlite import _link
 
 from ...support.helpers import OrderPlaced, counts, drain
 
+pytestmark = pytest.mark.append_only
+
 WORKER = "00000000-0000-4000-8000-000000000001"
 
 

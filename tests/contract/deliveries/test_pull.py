@@ -18,6 +18,8 @@ from eventbus.pull import ClaimFailed
 from ...conftest import BusFactory
 from ...support.helpers import FAST, OrderPlaced, PaymentRequested, counts, drain
 
+pytestmark = pytest.mark.append_only
+
 
 async def _publish(bus: Bus, n: int) -> list[int]:
     return [(await bus.publish(OrderPlaced(order_id=f"o-{i}"))).event_id for i in range(n)]

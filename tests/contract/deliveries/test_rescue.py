@@ -9,12 +9,15 @@ import time
 import uuid
 
 import asyncpg
+import pytest
 
 from eventbus import Context
 from eventbus.backends.base import Completion
 
 from ...conftest import Target
 from ...support.helpers import OrderPlaced
+
+pytestmark = pytest.mark.append_only
 
 
 async def _sql(target: Target, sqlite: str, postgres: str, *args: object) -> None:

@@ -27,6 +27,8 @@ from eventbus.backends.base import Completion, Failure, OutgoingEvent
 from ...support.helpers import OrderPlaced, PaymentRequested, counts, drain
 from ...support.processes import EVENTBUS, ProcessGroup
 
+pytestmark = pytest.mark.append_only
+
 WORKER_A = "00000000-0000-4000-8000-00000000000a"
 ONCE = RetryPolicy(max_attempts=1)
 TWICE = RetryPolicy(max_attempts=2, base_delay_seconds=0.0, jitter=0.0)

@@ -22,7 +22,7 @@ from ...conftest import Target
 from ...support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
 # Through PgBouncer too: the handler's transaction runs on a pooled connection held across statements.
-pytestmark = pytest.mark.pooler
+pytestmark = [pytest.mark.pooler, pytest.mark.append_only]
 
 WORKER_A = "00000000-0000-4000-8000-00000000000a"
 ONCE = RetryPolicy(max_attempts=1)

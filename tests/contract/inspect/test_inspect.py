@@ -11,6 +11,8 @@ from eventbus.types import DeliveryFilter
 
 from ...support.helpers import OrderPlaced, PaymentRequested, Shipped, drain
 
+pytestmark = pytest.mark.append_only
+
 
 async def _chain(bus, n: int = 4) -> None:
     """OrderPlaced -> PaymentRequested -> Shipped; the charge of o-1 always fails."""

@@ -44,8 +44,10 @@ for _name, (_runs, _steps, _) in PROFILES.items():
 PROFILE = os.environ.get("EVENTBUS_HYPOTHESIS_PROFILE", "ci")
 if PROFILE not in PROFILES:
     raise pytest.UsageError(f"EVENTBUS_HYPOTHESIS_PROFILE={PROFILE!r}: use one of {', '.join(PROFILES)}")
-BACKENDS = ["sqlite", "postgres"] + ([] if PROFILE == "ci" else ["postgres-pgbouncer"])
-"""The longer runs go through PgBouncer in transaction mode too."""
+BACKENDS = ["sqlite", "postgres", "postgres-append-only"] + (
+    [] if PROFILE == "ci" else ["postgres-pgbouncer"]
+)
+"""PostgreSQL with the append-only hot path too; the longer runs go through PgBouncer in transaction mode."""
 
 
 def _subscribe(bus: Bus) -> None:
@@ -79,8 +81,10 @@ def _sqlite_reset(target: Target) -> Callable[[], None]:
 
 
 def _postgres_reset(target: Target, conn: asyncpg.Connection, portal: BlockingPortal) -> Callable[[], None]:
-    # On PostgreSQL the keys taken live beside the events (event_keys).
-    names = ", ".join(f"{target.schema}.{t}" for t in (*TABLES, "event_keys"))
+    # On PostgreSQL the keys taken live beside the events (event_keys), and the append-only
+    # path's deliveries in its ring and outcome log.
+    pg_only = ("event_keys", "ring_ready", "ring_claims", "delivery_log")
+    names = ", ".join(f"{target.schema}.{t}" for t in (*TABLES, *pg_only))
 
     def reset() -> None:
         portal.call(conn.execute, f"TRUNCATE {names}")
@@ -96,7 +100,7 @@ def test_the_delivery_contract_holds_in_any_interleaving(target: Target) -> None
         conn = None if target.kind == "sqlite" else portal.call(asyncpg.connect, target.direct_dsn)
         try:
             reset = _sqlite_reset(target) if conn is None else _postgres_reset(target, conn, portal)
-            harness = Harness(portal, bus, subs, reset)
+            harness = Harness(portal, bus, subs, reset, prunes_by_row=not target.options.get("append_only"))
             machine = type("DeliveryContract", (DeliveryMachine,), {"harness": harness})
             run_state_machine_as_test(machine, settings=settings.get_profile(PROFILE))
         finally:

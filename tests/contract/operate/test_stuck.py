@@ -14,6 +14,8 @@ from eventbus.types import DeliveryFilter
 
 from ...support.helpers import OrderPlaced, drain
 
+pytestmark = pytest.mark.append_only
+
 WORKER_A = "00000000-0000-4000-8000-00000000000a"
 ANN = Actor("ann", "10.0.0.7", "dashboard")
 SLOW = RetryPolicy(max_attempts=3, base_delay_seconds=3600, jitter=0.0)

@@ -13,6 +13,8 @@ from eventbus.types import DeliveryFilter
 
 from ...support.helpers import OrderPlaced, counts, drain
 
+pytestmark = pytest.mark.append_only
+
 
 def _subscribe(bus, name: str, seen: list[str], fail: bool = False) -> None:
     @bus.subscribe(OrderPlaced, name=name, retry=RetryPolicy(max_attempts=1))

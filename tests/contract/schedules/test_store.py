@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+import pytest
 
 from eventbus import Bus, Context, Event
 from eventbus.backends.base import OutgoingEvent, PlannedOccurrence, ScheduleDecl, TickPlan
@@ -254,6 +255,7 @@ async def test_a_failed_plan_records_nothing_and_keeps_requests_waiting(bus: Bus
     assert after.next_run_at == whole(planner.plans[0][1]) + HOUR and after.last_event_id is None
 
 
+@pytest.mark.append_only  # the firing's delivery completes in the ring's outcome log there
 async def test_a_tick_notes_when_the_last_firing_s_work_finished(bus: Bus) -> None:
     @bus.subscribe(Beat, name="beat")
     async def beat(event: Beat, ctx: Context) -> None:

@@ -18,7 +18,9 @@
 -- transaction (the held connection's bound, see HELD_LOCK_WAIT_MS), set before
 -- the first row is inserted: once, by the InitPlan of the insert's condition.
 -- $11: each event's version. $12: each event's priority; $13 the seconds of
--- waiting a priority level is worth (the deliveries' priority_wait).
+-- waiting a priority level is worth (the deliveries' priority_wait). $14: the
+-- bus takes the append-only hot path (see _ring_route: which deliveries go to
+-- the ring instead of deliveries).
 WITH input AS (
     SELECT nextval('{schema}.event_ids') AS id, t.*
     FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::float8[],
@@ -55,7 +57,15 @@ WITH input AS (
            ins.priority * $13::float8
     FROM ins JOIN {schema}.subscriptions s
       ON s.event_type = ins.event_type AND s.state <> 'removed'
+    WHERE NOT ($14::bool AND {_ring_route})
     ORDER BY ins.id  -- delivery ids follow event order (the join's order reverses a batch)
+), ringed AS (
+    INSERT INTO {schema}.ring_ready (slot, delivery_id, subscription_id, event_id)
+    SELECT {_ring_slot}, nextval('{schema}.deliveries_id_seq'), s.id, ins.id
+    FROM ins JOIN {schema}.subscriptions s
+      ON s.event_type = ins.event_type AND s.state <> 'removed'
+    WHERE $14::bool AND {_ring_route}
+    ORDER BY ins.id
 ), notified AS (
     SELECT pg_notify($9, t.event_type) FROM (SELECT DISTINCT event_type FROM ins) t
 )
@@ -70,7 +80,8 @@ FROM ins JOIN input ON input.id = ins.id;
 -- an event without a key draws its id in the insert. About half the server
 -- time of `publish` for one event. No row back: the key was taken. $10 as in
 -- `publish` (the CASE sets it before the row is inserted); $11 the version;
--- $12 the priority and $13 the seconds a priority level is worth.
+-- $12 the priority and $13 the seconds a priority level is worth; $14 as in
+-- `publish`.
 WITH keys AS (
     INSERT INTO {schema}.event_keys (event_type, key, event_id)
     SELECT $1::text, $2::text, nextval('{schema}.event_ids')
@@ -95,8 +106,28 @@ WITH keys AS (
            ins.priority * $13::float8
     FROM ins JOIN {schema}.subscriptions s
       ON s.event_type = ins.event_type AND s.state <> 'removed'
+    WHERE NOT ($14::bool AND {_ring_route})
+), ringed AS (
+    INSERT INTO {schema}.ring_ready (slot, delivery_id, subscription_id, event_id)
+    SELECT {_ring_slot}, nextval('{schema}.deliveries_id_seq'), s.id, ins.id
+    FROM ins JOIN {schema}.subscriptions s
+      ON s.event_type = ins.event_type AND s.state <> 'removed'
+    WHERE $14::bool AND {_ring_route}
 )
 SELECT id, pg_notify($9, event_type) FROM ins;
+
+-- name: _ring_route
+-- With the append-only hot path (PgRing), a delivery of the event ins to the
+-- subscription s starts in the ring when it is an ordinary first run: an
+-- unordered subscription with no backfill owed (whose deliveries must meet
+-- the backfill's in one table, under its unique (event, subscription) pair),
+-- due now, of priority 0 (the ring is claimed in publish order).
+(NOT s.ordered AND ins.deliver_at <= now() AND ins.priority = 0
+ AND NOT EXISTS (SELECT 1 FROM {schema}.subscription_backfills b WHERE b.subscription_id = s.id))
+
+-- name: _ring_slot
+-- The ring's current slot: the newest generation's.
+(SELECT g.slot FROM {schema}.ring_log g WHERE g.kind = 'open' ORDER BY g.gen DESC LIMIT 1)
 
 -- name: kept_keys
 -- The events that took these keys for good (publishes with once=True); the

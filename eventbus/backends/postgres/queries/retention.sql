@@ -38,7 +38,9 @@ SELECT 1;
 -- chunk_survivors), those older than $3 and, when keyed, than the dedup
 -- window $5, with no delivery left, with their keys (only when $11: this
 -- batch holds prune_backfill_guard). A
--- pending, processing or retained dead delivery keeps its event. Rows another
+-- pending, processing or retained dead delivery keeps its event (so does a
+-- delivery in the append-only ring; a completed one there is history in the
+-- outcome log, whose days go by DROP: see ring_drop_days). Rows another
 -- transaction holds (a replay) are skipped, never waited for. Data-modifying
 -- CTEs share one snapshot, so the deliveries deleted here are excluded by id.
 WITH batch AS (
@@ -74,6 +76,8 @@ WITH batch AS (
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
+      -- nor a delivery in the append-only ring with no outcome yet (a bounded table)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id AND {_ring_unsettled})
 ), events_gone AS (
     DELETE FROM {schema}.events_kept e USING events_doomed x WHERE e.id = x.id AND NOT $6
     RETURNING e.id, e.event_type, e.key
@@ -132,6 +136,11 @@ WHERE d.event_id >= $1 AND d.event_id < $2
                    OR (d.status = 'dead' AND r.dead IS NOT NULL
                        AND d.updated_at < now() - r.dead * interval '1 second')))
 UNION
+-- deliveries in the append-only ring with no outcome yet (a bounded table; a
+-- completed one there is history in the outcome log and keeps nothing)
+SELECT r.event_id FROM {schema}.ring_ready r
+WHERE r.event_id >= $1 AND r.event_id < $2 AND {_ring_unsettled}
+UNION
 SELECT e.id FROM {schema}.events e
 WHERE $3::timestamptz >= now() - $4::float8 * interval '1 second'
   AND e.id >= $1 AND e.id < $2 AND e.key IS NOT NULL
@@ -156,6 +165,7 @@ WITH batch AS (
     WHERE b.key IS NOT NULL AND b.created_at < now() - $4::float8 * interval '1 second'
       AND k.event_type = b.event_type AND k.key = b.key AND k.event_id = b.id
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d WHERE d.event_id = b.id)
+      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id AND {_ring_unsettled})
 )
 SELECT max(id) FROM batch;
 

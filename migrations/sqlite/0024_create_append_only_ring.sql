@@ -1,0 +1,3 @@
+-- The append-only hot path is PostgreSQL's (Bus(dsn, append_only=True)); the
+-- SQLite file keeps one row per delivery, updated in place, with one writer at
+-- a time. Nothing to change here; the file keeps the numbering of both backends.

@@ -1,0 +1,353 @@
+"""PostgreSQL's append-only hot path (``Bus(dsn, append_only=True)``, eventbus/backends/postgres/ring.py).
+
+The delivery contract itself runs on this path through the contract suite
+(the ``postgres-append-only`` target); these tests check what only this path
+has: what it writes, how its slots rotate and empty, how a delivery leaves
+the ring, its fences, and the retention of its outcome log.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import anyio
+import asyncpg
+import pytest
+
+from eventbus import Bus, ConfigurationError, Context, Retention
+from eventbus.backends.postgres import ring
+
+from ..conftest import Target
+from ..support.helpers import FAST, OrderPlaced, counts, drain
+from ..support.templates import seed_postgres
+
+WORKER = "00000000-0000-4000-8000-0000000000aa"
+
+# The bus's tables a delivery's life writes: each must see inserts only.
+DELIVERY_TABLES = (
+    "events", "event_keys", "deliveries", "delivery_attempts", "ring_ready", "ring_claims", "delivery_log",
+)  # fmt: skip
+
+
+@pytest.fixture
+async def ring_bus(pg_target: Target) -> AsyncIterator[Bus]:
+    await seed_postgres(pg_target.dsn, pg_target.schema or "")
+    bus = pg_target.bus(append_only=True)
+    await bus.migrate()
+    yield bus
+    await bus.aclose()
+
+
+def _subscribe(bus: Bus, seen: list[str] | None = None) -> None:
+    @bus.subscribe(OrderPlaced, name="h", retry=FAST)
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        if seen is not None:
+            seen.append(event.order_id)
+
+
+async def _sql(target: Target, query: str, *args: object) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(target.dsn)
+    try:
+        return list(await conn.fetch(query.replace("{schema}", target.schema or ""), *args))
+    finally:
+        await conn.close()
+
+
+async def _writes(target: Target) -> dict[str, tuple[int, int]]:
+    """(inserts, updates + deletes) per table, partitions summed into their table."""
+    rows = await _sql(
+        target,
+        """SELECT r.relname AS t, sum(s.n_tup_ins)::bigint AS ins,
+                  sum(s.n_tup_upd + s.n_tup_del)::bigint AS changed
+           FROM pg_stat_user_tables s
+           JOIN pg_class r ON r.oid = coalesce(pg_partition_root(s.relid), s.relid)
+           WHERE s.schemaname = $1 GROUP BY r.relname""",
+        target.schema,
+    )
+    return {r["t"]: (r["ins"], r["changed"]) for r in rows}
+
+
+async def test_sqlite_refuses_the_option(tmp_path) -> None:
+    with pytest.raises(ConfigurationError, match="append_only"):
+        Bus(f"sqlite:///{tmp_path / 'bus.db'}", append_only=True)
+
+
+async def test_an_ordinary_delivery_is_inserts_only(pg_target: Target, ring_bus: Bus) -> None:
+    seen: list[str] = []
+    _subscribe(ring_bus, seen)
+    await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(300)])
+    await drain(ring_bus, concurrency=50, batch_size=50)
+    assert sorted(seen) == sorted(f"o-{i}" for i in range(300))
+    assert await counts(ring_bus) == {("h", "completed"): 300}
+    await ring_bus.aclose()  # its sessions end: their table statistics reach the server
+    with anyio.fail_after(10):
+        while (await _writes(pg_target)).get("delivery_log", (0, 0))[0] < 300:
+            await anyio.sleep(0.1)
+    writes = await _writes(pg_target)
+    assert {t: writes[t][1] for t in DELIVERY_TABLES} == dict.fromkeys(DELIVERY_TABLES, 0)
+    assert writes["ring_ready"][0] == writes["ring_claims"][0] == 300
+    assert writes["deliveries"][0] == 0  # nothing left the ring
+
+
+async def test_slots_rotate_and_empty_by_truncate(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ring, "SLOT_ROWS", 40)
+    monkeypatch.setattr(ring, "SETTLE_SECONDS", 0.0)
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    store = ring_bus.backend.deliveries
+    for round_ in range(6):
+        await ring_bus.publish_many([OrderPlaced(order_id=f"o-{round_}-{i}") for i in range(50)])
+        await store.upkeep()  # seals the full slot
+        await drain(ring_bus, concurrency=20, batch_size=20)
+        for _ in range(3):  # closes the drained slot, then prunes it
+            await store.upkeep()
+    stats = store.ring.stats  # type: ignore[attr-defined]
+    assert stats.rotations >= 5 and stats.pruned >= 4 and stats.spilled == 0
+    kinds = await _sql(pg_target, "SELECT kind, count(*) AS n FROM {schema}.ring_log GROUP BY kind")
+    assert {r["kind"]: r["n"] for r in kinds}["pruned"] == stats.pruned
+    left = await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.ring_ready")
+    assert left[0]["n"] <= 50  # the slots pruned are empty: what is left is the open slot's
+    assert await counts(ring_bus) == {("h", "completed"): 300}
+
+
+async def test_a_backlog_older_than_the_ring_leaves_it_and_runs_from_the_queue(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ring, "SLOT_SECONDS", 0.0)
+    monkeypatch.setattr(ring, "MAX_AGE_SECONDS", 0.0)
+    monkeypatch.setattr(ring, "SETTLE_SECONDS", 0.0)
+    seen: list[str] = []
+    _subscribe(ring_bus, seen)
+    await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(120)])
+    store = ring_bus.backend.deliveries
+    for _ in range(3):  # seal the slot, close it (too old), prune it
+        await store.upkeep()
+    assert store.ring.stats.spilled == 120  # type: ignore[attr-defined]
+    queued = await _sql(pg_target, "SELECT status, count(*) AS n FROM {schema}.deliveries GROUP BY 1")
+    assert [(r["status"], r["n"]) for r in queued] == [("pending", 120)]
+    assert await counts(ring_bus) == {("h", "pending"): 120}
+    await drain(ring_bus)
+    assert sorted(seen) == sorted(f"o-{i}" for i in range(120))  # each once
+
+
+async def test_a_claim_that_left_the_ring_is_still_completed_by_its_holder(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ring, "SLOT_SECONDS", 0.0)
+    monkeypatch.setattr(ring, "MAX_AGE_SECONDS", 0.0)
+    monkeypatch.setattr(ring, "SETTLE_SECONDS", 0.0)
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(3)])
+    store = ring_bus.backend.deliveries
+    batch = await store.claim(ids["h"], 3, 60.0, WORKER)
+    assert len(batch) == 3
+    for _ in range(3):  # its slot is pruned under the live leases: the claims move
+        await store.upkeep()
+    rows = await _sql(pg_target, "SELECT status, lease_token::text AS t FROM {schema}.deliveries")
+    assert [(r["status"], r["t"]) for r in rows] == [("processing", batch[0].lease_token)] * 3
+    from eventbus.backends.ports import Completion
+
+    done = await store.complete([Completion(d.id, d.lease_token) for d in batch])
+    assert done == {(d.id, d.lease_token) for d in batch}
+    assert await counts(ring_bus) == {("h", "completed"): 3}
+
+
+async def test_a_late_completion_after_the_lease_was_taken_back_is_refused(ring_bus: Bus) -> None:
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    await ring_bus.publish(OrderPlaced(order_id="o-1"))
+    store = ring_bus.backend.deliveries
+    (stale,) = await store.claim(ids["h"], 1, 0.05, WORKER)
+    await anyio.sleep(0.2)
+    assert await store.recover_expired() == 1  # moved off the ring, then back to pending
+    (fresh,) = await store.claim(ids["h"], 1, 60.0, WORKER)
+    assert fresh.id == stale.id and fresh.attempts == 2
+    from eventbus.backends.ports import Completion
+
+    assert await store.complete([Completion(stale.id, stale.lease_token)]) == set()
+    assert await store.complete([Completion(fresh.id, fresh.lease_token)]) == {(fresh.id, fresh.lease_token)}
+    assert await counts(ring_bus) == {("h", "completed"): 1}
+
+
+async def test_concurrent_claimers_never_share_a_delivery(pg_target: Target, ring_bus: Bus) -> None:
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    total = 1500
+    for start in range(0, total, 500):
+        await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(start, start + 500)])
+    buses = [pg_target.bus(append_only=True) for _ in range(4)]
+    claimed: list[int] = []
+
+    async def claimer(bus: Bus) -> None:
+        store = bus.backend.deliveries
+        after = None
+        while True:
+            batch = await store.claim(ids["h"], 7, 60.0, WORKER, after=after)
+            if not batch:
+                batch = await store.claim(ids["h"], 7, 60.0, WORKER)  # behind the cursor
+                if not batch:
+                    return
+            claimed.extend(d.id for d in batch)
+            after = batch[-1].position
+
+    try:
+        async with anyio.create_task_group() as tg:
+            for bus in buses:
+                tg.start_soon(claimer, bus)
+    finally:
+        for bus in buses:
+            await bus.aclose()
+    assert len(claimed) == len(set(claimed)) == total
+
+
+async def test_a_claim_never_touches_a_slot_outside_its_window(pg_target: Target, ring_bus: Bus) -> None:
+    """Each statement is planned for its slots (plan_cache_mode = force_custom_plan): a prune's
+    ACCESS EXCLUSIVE lock on a closed slot never holds a claim up, however often the claim ran."""
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    store = ring_bus.backend.deliveries
+    for i in range(8):  # past PostgreSQL's five custom plans before it weighs a generic one
+        await ring_bus.publish(OrderPlaced(order_id=f"o-{i}"))
+        assert len(await store.claim(ids["h"], 1, 60.0, WORKER)) == 1
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SELECT {pg_target.schema}.ring_lock_slot(9::smallint)")  # not in the window
+            await ring_bus.publish(OrderPlaced(order_id="o-8"))
+            with anyio.fail_after(5):
+                assert len(await store.claim(ids["h"], 1, 60.0, WORKER)) == 1
+    finally:
+        await conn.close()
+
+
+async def test_a_row_put_in_a_pruned_slot_leaves_the_ring(pg_target: Target, ring_bus: Bus) -> None:
+    """A publish that read the ring's state before its slot closed and inserted after the slot
+    was emptied: the upkeep finds the row in a free slot and spills it."""
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    event = await ring_bus.publish(OrderPlaced(order_id="late"), key="late")
+    await _sql(
+        pg_target,
+        "INSERT INTO {schema}.ring_ready (slot, delivery_id, subscription_id, event_id) "
+        "SELECT 7, nextval('{schema}.deliveries_id_seq'), $1, $2",
+        ids["h"],
+        event.event_id,
+    )
+    await _sql(pg_target, "DELETE FROM {schema}.ring_ready WHERE slot = 0")  # the publish's own row
+    await ring_bus.backend.deliveries.upkeep()
+    rows = await _sql(pg_target, "SELECT status FROM {schema}.deliveries WHERE event_id = $1", event.event_id)
+    assert [r["status"] for r in rows] == ["pending"]
+    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.ring_ready_7"))[0]["n"] == 0
+
+
+async def test_days_of_the_outcome_log_go_by_drop(pg_target: Target, ring_bus: Bus) -> None:
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    await _sql(pg_target, "SELECT {schema}.delivery_log_make(date '2020-01-01')")
+    await ring_bus.publish(OrderPlaced(order_id="o-1"))
+    await drain(ring_bus)
+    report = await ring_bus.prune(retention=Retention(completed_retention=timedelta(days=1)))
+    assert report is not None
+    parts = await _sql(
+        pg_target,
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "WHERE i.inhparent = '{schema}.delivery_log'::regclass ORDER BY 1",
+    )
+    names = [r["relname"] for r in parts]
+    assert "delivery_log_20200101" not in names and len(names) >= 3  # today and the days ahead stay
+    assert await counts(ring_bus) == {("h", "completed"): 1}  # today's outcome is kept
+
+
+async def test_turning_it_on_keeps_the_work_already_queued(pg_target: Target) -> None:
+    await seed_postgres(pg_target.dsn, pg_target.schema or "")
+    seen: list[str] = []
+    before = pg_target.bus()
+    _subscribe(before, seen)
+    await before.register()
+    await before.publish_many([OrderPlaced(order_id=f"old-{i}") for i in range(20)])
+    await before.aclose()
+    after = pg_target.bus(append_only=True)
+    _subscribe(after, seen)
+    try:
+        await after.register()
+        await after.publish_many([OrderPlaced(order_id=f"new-{i}") for i in range(20)])
+        assert await counts(after) == {("h", "pending"): 40}
+        await drain(after)
+        assert sorted(seen) == sorted([f"old-{i}" for i in range(20)] + [f"new-{i}" for i in range(20)])
+        assert seen[:20] == [f"old-{i}" for i in range(20)]  # the older work first
+    finally:
+        await after.aclose()
+
+
+async def test_a_lost_workers_ring_claims_are_rescued(ring_bus: Bus) -> None:
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(2)])
+    store = ring_bus.backend.deliveries
+    lost = str(uuid.uuid4())
+    await store.worker_beat(lost)
+    batch = await store.claim(ids["h"], 2, 600.0, lost)
+    assert len(batch) == 2
+    rescues = await store.rescue(silent_seconds=0.0)
+    assert [r.deliveries for r in rescues if r.worker_id == lost] == [2]
+    assert await counts(ring_bus) == {("h", "pending"): 2}
+
+
+async def test_a_live_claim_an_operator_moved_out_of_the_ring_is_renewed_and_completed(ring_bus: Bus) -> None:
+    """A stuck-cancel leaves a live lease of a live worker alone, but moves it into deliveries:
+    the holder's renewal (young or not) and its completion follow it there."""
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    await ring_bus.publish(OrderPlaced(order_id="o-1"))
+    store = ring_bus.backend.deliveries
+    await store.worker_beat(WORKER)
+    (held,) = await store.claim(ids["h"], 1, 60.0, WORKER)
+    assert await ring_bus.cancel([held.id], stuck=True) == 0  # its worker is alive: left alone
+    assert await store.extend([held.id], held.lease_token, 60.0) == {held.id}
+    from eventbus.backends.ports import Completion
+
+    assert await store.complete([Completion(held.id, held.lease_token)]) == {(held.id, held.lease_token)}
+    assert await counts(ring_bus) == {("h", "completed"): 1}
+
+
+async def test_rows_published_into_a_slot_opened_long_ago_stay_in_the_ring(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot's time to close counts from when it was sealed, not from when it opened: an idle
+    bus's first publishes are not sent off the ring at the next rotation."""
+    monkeypatch.setattr(ring, "MAX_AGE_SECONDS", 5.0)
+    monkeypatch.setattr(ring, "SETTLE_SECONDS", 0.0)
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    await _sql(pg_target, "UPDATE {schema}.ring_log SET at = now() - interval '1 hour'")  # idle an hour
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(10)])
+    store = ring_bus.backend.deliveries
+    for _ in range(3):  # seals the old slot at once (2 s old with rows); it must not close yet
+        await store.upkeep()
+    stats = store.ring.stats  # type: ignore[attr-defined]
+    assert (stats.rotations, stats.closed, stats.spilled) == (1, 0, 0)
+    await drain(ring_bus)
+    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.deliveries"))[0]["n"] == 0
+
+
+async def test_retention_right_after_a_drain_keeps_no_event_of_a_completed_ring_delivery(
+    pg_target: Target, ring_bus: Bus
+) -> None:
+    """A completed ring delivery is history: its event goes with its chunk even while the
+    drained slot still holds the delivery's rows."""
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(50)])
+    await drain(ring_bus)
+    await ring_bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
+    await ring_bus.prune(retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0)))
+    kept = await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events_kept")
+    assert kept[0]["n"] == 0
+    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events"))[0]["n"] == 0
