@@ -42,6 +42,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from .backends.base import OccurrenceBatch, RetentionStore, WorkflowBatch
@@ -235,6 +236,7 @@ class Pruner:
                     dry_run=dry_run,
                     overrides=overrides,
                 )
+            await anyio.lowlevel.checkpoint()  # a cancel (a worker's stop) ends the walk between batches
             report.batches += 1
             report.completed_deliveries += batch.completed
             report.dead_deliveries += batch.dead
@@ -316,6 +318,7 @@ async def _walk_rows(
     for _ in range(max_batches):
         with anyio.CancelScope(shield=True):  # a batch is short: finish it rather than abort it
             done = await batch(after)
+        await anyio.lowlevel.checkpoint()  # a cancel ends the walk between batches
         report.batches += 1
         count(done)
         if progress is not None:

@@ -398,3 +398,20 @@ async def test_a_started_once_key_that_completed_outlives_workflow_retention(
     assert (await bus.prune(retention=Retention(workflow_retention=timedelta(hours=1)))).workflows == 0
     again = await bus.workflows.start(job, Job("once"), once=True)
     assert not again.started and again.done  # still known as done: never processed twice
+
+
+async def test_a_cancelled_pass_stops_between_batches(bus) -> None:
+    """A worker's stop cancels its retention pass: the batch in flight finishes, the walk does not go on."""
+
+    @bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        return None
+
+    await bus.register()
+    await bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(40)])
+    await drain(bus)
+    retention = Retention(completed_retention=timedelta(0), dedup_window=timedelta(0), batch_size=2)
+    with anyio.CancelScope() as scope:
+        await bus.prune(retention=retention, progress=lambda report: scope.cancel())
+    assert scope.cancelled_caught
+    assert (await counts(bus))[("h", "completed")] >= 36  # one batch of 2 events went, not the walk
