@@ -52,7 +52,6 @@ async def test_lower_priority_runs_first_and_ties_keep_publish_order(bus: Bus) -
     assert handled == ["p0a", "p0b", "p1", "p3", "p5", "p9"]
 
 
-@pytest.mark.append_only
 async def test_single_publishes_take_their_priority_and_show_it(bus: Bus) -> None:
     handled = _record(bus)
     await bus.register()
@@ -80,7 +79,6 @@ async def test_an_old_low_priority_delivery_runs_before_fresh_high_priority_ones
     assert handled == ["old", "fresh0", "fresh1", "fresh2", "young"]
 
 
-@pytest.mark.append_only
 async def test_a_keyed_delivery_never_overtakes_an_earlier_one_of_its_key(bus: Bus) -> None:
     handled = _record(bus, ordered=True)
     await bus.register()
@@ -97,7 +95,6 @@ async def test_a_keyed_delivery_never_overtakes_an_earlier_one_of_its_key(bus: B
     assert handled == ["b0", "a0", "a1", "a2"]
 
 
-@pytest.mark.append_only
 async def test_emitted_follow_ups_take_their_priority(bus: Bus) -> None:
     handled = _record(bus)
 
@@ -131,7 +128,6 @@ async def test_a_retry_keeps_its_priority(bus: Bus) -> None:
     assert handled == ["low#1", "high0#1", "high1#1", "low#2"]
 
 
-@pytest.mark.append_only
 async def test_a_new_subscription_backfills_with_each_events_priority(bus: Bus) -> None:
     await bus.publish_many(Envelope(Job(name=f"p{p}"), priority=p) for p in (6, 2, 8, 0))
     handled = _record(bus, name="late-subscriber")
@@ -156,7 +152,6 @@ async def VISIT(c: Any, ctx: object) -> None:
 priority_machine.terminal("DONE")
 
 
-@pytest.mark.append_only
 async def test_workflow_starts_take_their_priority(bus: Bus) -> None:
     RUNS.clear()
     bus.include(priority_machine)
@@ -175,7 +170,6 @@ async def test_workflow_starts_take_their_priority(bus: Bus) -> None:
     assert "ctx4" in RUNS
 
 
-@pytest.mark.append_only
 async def test_a_schedule_publishes_with_its_priority(bus: Bus, target: Target) -> None:
     bus.schedule("prio-tick", Trigger, every=timedelta(hours=1), priority=7)
     bus.subscribe(Trigger, name="ticks")(_noop)
@@ -200,7 +194,6 @@ async def _noop(event: Trigger, ctx: Context) -> None:
 BAD_PRIORITIES: tuple[Any, ...] = (10, -1, "1", 1.0, True, None)
 
 
-@pytest.mark.append_only
 async def test_the_next_due_time_and_the_lag_go_by_run_at_whatever_the_priority(
     bus: Bus, target: Target
 ) -> None:
@@ -227,7 +220,6 @@ async def test_the_next_due_time_and_the_lag_go_by_run_at_whatever_the_priority(
     assert oldest is not None and 99 <= oldest < 110
 
 
-@pytest.mark.append_only
 async def test_a_bad_priority_is_refused_before_anything_is_written(bus: Bus) -> None:
     _record(bus)
     bus.include(priority_machine)
@@ -244,7 +236,6 @@ async def test_a_bad_priority_is_refused_before_anything_is_written(bus: Bus) ->
     assert await counts(bus) == {}
 
 
-@pytest.mark.append_only
 async def test_a_bad_priority_in_a_handler_fails_its_delivery(bus: Bus) -> None:
     errors: list[str] = []
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from eventbus import Context, RetryPolicy
 from eventbus.types import DeliveryFilter
 
 from ...support.helpers import OrderPlaced, drain
-
-pytestmark = pytest.mark.append_only
 
 
 async def _dead_and_done(bus, n: int = 6) -> None:

@@ -9,8 +9,6 @@ from eventbus.types import DeadLetterFilter, DeliveryFilter
 
 from ...support.helpers import OrderPlaced, PaymentRequested, counts, drain
 
-pytestmark = pytest.mark.append_only
-
 
 async def _with_dead(bus, n: int = 5) -> dict[str, bool]:
     state = {"broken": True}
