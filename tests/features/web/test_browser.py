@@ -118,6 +118,8 @@ async def test_approval_through_the_ui(page: Page, serve, seeded: Bus) -> None:
     await page.fill("input[name=operator]", OPERATOR)
     await page.fill("input[name=token]", TOKEN)
     await page.click("text=Unlock")
+    # the unlock's answer sets the cookie the approval form needs: wait for it, as the other walks do
+    await expect(page.locator(".flash")).to_contain_text("actions unlocked")
     await page.goto(base + "/machines/pay/instances/c-1")
     await page.fill("input[aria-label=reason]", "ok by me")
     await page.click("button:text('Approve')")
