@@ -74,7 +74,12 @@ async def test_sqlite_refuses_the_option(tmp_path) -> None:
         Bus(f"sqlite:///{tmp_path / 'bus.db'}", append_only=True)
 
 
-async def test_an_ordinary_delivery_is_inserts_only(pg_target: Target, ring_bus: Bus) -> None:
+async def test_an_ordinary_delivery_is_inserts_only(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One slot for the whole test: a slot emptied while a completion is on its way moves that
+    # claim into deliveries (correct, and counted there), which a slow machine could make happen.
+    monkeypatch.setattr(ring, "SLOT_SECONDS", 3600.0)
     seen: list[str] = []
     _subscribe(ring_bus, seen)
     await ring_bus.register()
@@ -334,7 +339,8 @@ async def test_rows_published_into_a_slot_opened_long_ago_stay_in_the_ring(
     stats = store.ring.stats  # type: ignore[attr-defined]
     assert (stats.rotations, stats.closed, stats.spilled) == (1, 0, 0)
     await drain(ring_bus)
-    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.deliveries"))[0]["n"] == 0
+    assert store.ring.stats.spilled == 0  # type: ignore[attr-defined]  # claimed from the ring
+    assert await counts(ring_bus) == {("h", "completed"): 10}
 
 
 async def test_retention_right_after_a_drain_keeps_no_event_of_a_completed_ring_delivery(
