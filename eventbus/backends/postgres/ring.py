@@ -300,11 +300,7 @@ class PgRing:
 
     async def complete(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> set[DeliveryId]:
         """Complete ring claims held under ``token``; the ids it took (the rest were moved or lost)."""
-        slots = [self.held[i][0] for i in ids]
-        rows = await conn.fetch(
-            self.db.q["ring_complete"], sorted(set(slots)), list(ids), slots, uuid.UUID(token)
-        )
-        return {r[0] for r in rows}
+        return await self._complete(conn, sorted({self.held[i][0] for i in ids}), ids, token)
 
     async def move(
         self,
@@ -335,8 +331,12 @@ class PgRing:
     async def complete_anywhere(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> set[DeliveryId]:
         """Complete ring claims ``ids`` held under ``token`` whatever process claimed them (a pull
         consumer hands its ids and token on): looked up in every live slot."""
-        slots = await self.live(conn)
-        rows = await conn.fetch(self.db.q["ring_complete_any"], slots, list(ids), uuid.UUID(token))
+        return await self._complete(conn, await self.live(conn), ids, token)
+
+    async def _complete(
+        self, conn: Any, slots: Sequence[int], ids: Sequence[DeliveryId], token: str
+    ) -> set[DeliveryId]:
+        rows = await conn.fetch(self.db.q["ring_complete"], list(slots), list(ids), uuid.UUID(token))
         return {r[0] for r in rows}
 
     async def move_ids(self, conn: Any, ids: Sequence[DeliveryId], token: str) -> None:

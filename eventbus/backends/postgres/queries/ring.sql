@@ -119,24 +119,13 @@ SELECT EXISTS (
    AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $2 AND state = 'active');
 
 -- name: ring_complete
--- The completion of ring claims: one outcome row each, for the claims
--- ($2 ids in the slots $3, $1 the distinct slots) still held under the token $4.
--- The outcome log's key is the second fence: a claim already settled (taken back
--- for an expired lease, moved, cancelled) has its key taken, and the insert
--- does nothing. Returns the ids completed.
-INSERT INTO {schema}.delivery_log (claimed_on, delivery_id, subscription_id, event_id, status,
-                                   worker_id, enqueued_at, claimed_at)
-SELECT (c.claimed_at AT TIME ZONE 'UTC')::date, c.delivery_id, c.subscription_id, c.event_id,
-       'completed', c.worker_id, c.enqueued_at, c.claimed_at
-FROM {schema}.ring_claims c
-JOIN unnest($2::bigint[], $3::smallint[]) AS t(id, slot) ON c.slot = t.slot AND c.delivery_id = t.id
-WHERE c.slot = ANY($1::smallint[]) AND c.lease_token = $4
-ON CONFLICT DO NOTHING
-RETURNING delivery_id;
-
--- name: ring_complete_any
--- As ring_complete, for claims whose slot the caller does not know (made by
--- another process): the ids $2 under the token $3, looked up in the slots $1.
+-- The completion of ring claims: one outcome row each, for the claims of the
+-- ids $2 still held under the token $3, looked up in the slots $1 (those of
+-- this process's claims, or every live slot for claims another process made:
+-- a pull consumer hands its ids and token on). The outcome log's key is the
+-- second fence: a claim already settled (taken back for an expired lease,
+-- moved, cancelled) has its key taken, and the insert does nothing. Returns
+-- the ids completed.
 INSERT INTO {schema}.delivery_log (claimed_on, delivery_id, subscription_id, event_id, status,
                                    worker_id, enqueued_at, claimed_at)
 SELECT (c.claimed_at AT TIME ZONE 'UTC')::date, c.delivery_id, c.subscription_id, c.event_id,
