@@ -18,7 +18,8 @@ was stopped after its batch). The run is made clean and
 while another connection holds a ``REPEATABLE READ`` snapshot from before the
 first publish to the end, so nothing the run leaves dead can be vacuumed; with
 ``--paths default,append-only`` the clean runs of both paths come first, then
-the held ones, alternating.
+the held ones, alternating; ``--rounds`` repeats the whole sequence and
+gives every round's held/clean ratio.
 
 Per completed delivery: updates plus deletes on the schema's tables
 (``n_tup_upd + n_tup_del`` of ``pg_stat_user_tables``) and on the delivery
@@ -27,7 +28,14 @@ partitions), the dead tuples left at the end (``n_dead_tup``), WAL bytes (the
 ``pg_current_wal_lsn()`` difference: whatever every other session of the
 server wrote meanwhile is in it; reading minutes of WAL with pg_walinspect
 takes longer than the run) and the schema's table plus index bytes at the end;
-completed deliveries per second over the run and per 30 s. The append-only
+completed deliveries per second over the run and per 30 s; and CPU time per
+completed delivery, of this process (the producer and the worker) and of the
+server (every process of the PostgreSQL server the DSN names, read from
+``/proc`` when that server runs on this machine: run it against a cluster of
+its own, as other sessions' work is counted too). On a machine shared with
+other work a rate moves with the load, while CPU time per delivery moves
+much less: held against clean, the CPU per delivery says whether the held
+horizon costs work, the rate only whether the run got the cores. The append-only
 path's outcome log keeps today's day (a day is dropped whole after it ends, by
 DROP TABLE, which leaves no dead tuple).
 
@@ -58,6 +66,42 @@ from eventbus import Envelope, Retention, Worker
 from eventbus.testing import BenchEvent, drain
 
 BATCH = 200
+
+
+def _server_cpu(postmaster: int | None) -> float | None:
+    """CPU seconds used so far by the PostgreSQL server ``postmaster`` and its processes (None:
+    not on this machine). Exited backends are counted through the postmaster's children times."""
+    if postmaster is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == postmaster:  # its own time and that of its children that have exited
+            total += sum(int(x) for x in fields[11:15])
+        elif int(fields[1]) == postmaster:
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+async def _postmaster(dsn: str) -> int | None:
+    """The process id of the server's postmaster, if the server runs on this machine."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        pid = int(await conn.fetchval("SELECT pg_backend_pid()"))
+    finally:
+        await conn.close()
+    try:
+        stat = await anyio.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 class _Stopped(Exception):
@@ -126,6 +170,8 @@ async def run(
                             return
                         passes.append(round(time.perf_counter() - started, 1))
 
+                postmaster = await _postmaster(dsn)
+                cpu_before = (time.process_time(), _server_cpu(postmaster))
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(worker.run)
                     tg.start_soon(retention)
@@ -142,6 +188,11 @@ async def run(
                         published += BATCH
                     elapsed = time.perf_counter() - t0
                     completed = seen.count
+                    server_after = _server_cpu(postmaster)
+                    client_cpu = time.process_time() - cpu_before[0]
+                    server_cpu = None
+                    if server_after is not None and cpu_before[1] is not None:
+                        server_cpu = server_after - cpu_before[1]
                     worker.stop()
                     stopping.set()  # a retention pass in flight stops after its batch
             after = await counters(dsn, schema)
@@ -173,6 +224,8 @@ async def run(
             "n_dead_tup_at_end": after["dead"] / total_done,
             "wal_bytes_cluster": wal / total_done,
             "size_at_end_bytes": after["bytes"] / total_done,
+            "client_cpu_us": client_cpu / completed * 1e6,
+            "server_cpu_us": None if server_cpu is None else server_cpu / completed * 1e6,
         },
         "n_dead_tup_at_end": after["dead"],
         "size_at_end_bytes": after["bytes"],
@@ -216,18 +269,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     paths = args.paths.split(",")
     if unknown := set(paths) - set(PATHS):
         raise SystemExit(f"--paths: unknown {sorted(unknown)}; known: {', '.join(PATHS)}")
-    runs: dict[str, dict[str, Any]] = {p: {} for p in paths}
-    for hold in (False, True):
-        for path in paths:
-            one = await run(
-                args.dsn, args.seconds, hold, PATHS[path], args.ahead, args.rate, args.prune_every
-            )
-            one["checks"]["event_loop_errors"] = len(LOOP_ERRORS)
-            LOOP_ERRORS.clear()
-            runs[path]["held_xmin" if hold else "clean"] = one
-    for r in runs.values():
-        r["held_over_clean"] = r["held_xmin"]["completed_per_second"] / r["clean"]["completed_per_second"]
-    return {"benchmark": "steady", "backend": "postgres", "seconds": args.seconds, "paths": runs}
+    rounds: list[dict[str, dict[str, Any]]] = []
+    for _ in range(args.rounds):
+        runs: dict[str, dict[str, Any]] = {p: {} for p in paths}
+        for hold in (False, True):
+            for path in paths:
+                one = await run(
+                    args.dsn, args.seconds, hold, PATHS[path], args.ahead, args.rate, args.prune_every
+                )
+                one["checks"]["event_loop_errors"] = len(LOOP_ERRORS)
+                LOOP_ERRORS.clear()
+                runs[path]["held_xmin" if hold else "clean"] = one
+        for r in runs.values():
+            held, clean = r["held_xmin"], r["clean"]
+            r["held_over_clean"] = held["completed_per_second"] / clean["completed_per_second"]
+            if clean["per_delivery"]["server_cpu_us"] is not None:
+                r["held_over_clean_cpu_per_delivery"] = (
+                    held["per_delivery"]["server_cpu_us"] + held["per_delivery"]["client_cpu_us"]
+                ) / (clean["per_delivery"]["server_cpu_us"] + clean["per_delivery"]["client_cpu_us"])
+        rounds.append(runs)
+    out: dict[str, Any] = {"benchmark": "steady", "backend": "postgres", "seconds": args.seconds}
+    if args.rounds == 1:
+        return {**out, "paths": rounds[0]}
+    return {**out, "rounds": rounds}
 
 
 if __name__ == "__main__":
@@ -242,6 +306,7 @@ if __name__ == "__main__":
     )
     parser.add_argument("--rate", type=float, default=0.0, help="Publish this many per second (0: keep up).")
     parser.add_argument("--prune-every", type=float, default=60.0, help="Seconds between retention passes.")
+    parser.add_argument("--rounds", type=int, default=1, help="Repeat the clean and held runs.")
     parser.add_argument("--json", dest="json_path")
     ns = parser.parse_args()
     out = anyio.run(main, ns)

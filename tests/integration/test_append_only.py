@@ -357,3 +357,33 @@ async def test_retention_right_after_a_drain_keeps_no_event_of_a_completed_ring_
     kept = await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events_kept")
     assert kept[0]["n"] == 0
     assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events"))[0]["n"] == 0
+
+
+async def test_a_retention_pass_waits_out_a_slot_being_emptied(pg_target: Target, ring_bus: Bus) -> None:
+    """The retention walk reads the ring (the events of its unsettled rows stay) while the
+    upkeep empties a slot under an ACCESS EXCLUSIVE lock: the walk's batch, whose lock wait is
+    bounded, tries again instead of failing the pass."""
+    _subscribe(ring_bus)
+    await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(5)])
+    await drain(ring_bus)
+    conn = await asyncpg.connect(pg_target.dsn)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute(f"SELECT {pg_target.schema}.ring_lock_slot(3::smallint)")
+
+        async def let_go() -> None:
+            await anyio.sleep(0.8)  # past the batch's lock_timeout of 200 ms, as a slow prune would be
+            await tx.commit()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(let_go)
+            with anyio.fail_after(10):
+                report = await ring_bus.prune(
+                    retention=Retention(completed_retention=timedelta(0), dedup_window=timedelta(0))
+                )
+    finally:
+        await conn.close()
+    assert report is not None
+    assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events"))[0]["n"] == 0

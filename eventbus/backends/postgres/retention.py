@@ -21,6 +21,9 @@ __all__ = ["PgRetention"]
 
 _BUSY = (asyncpg.exceptions.LockNotAvailableError, asyncpg.exceptions.DeadlockDetectedError)
 
+_BATCH_TRIES = 8
+"""Tries of a retention batch whose lock wait timed out (about 5 s in all) before the pass fails."""
+
 _KEY_BATCH = 10_000
 """Events read per transaction of the walk that deletes a closed chunk's keys."""
 
@@ -98,11 +101,20 @@ class PgRetention:
         await self._touch_lock()
         if self.db.append_only and after_event_id == 0 and completed_seconds is not None and not dry_run:
             await self._drop_days(completed_seconds)
-        async with self.db.conn() as conn, conn.transaction():
-            # Never queue behind (or in front of) another lock holder for long.
-            await conn.execute("SET LOCAL lock_timeout = '200ms'")
-            events_may_go = await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel)
-            row = await conn.fetchrow(self.q["prune_batch"], *args, events_may_go)
+        for attempt in range(_BATCH_TRIES):
+            try:
+                async with self.db.conn() as conn, conn.transaction():
+                    # Never queue behind (or in front of) another lock holder for long.
+                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                    events_may_go = await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel)
+                    row = await conn.fetchrow(self.q["prune_batch"], *args, events_may_go)
+                break
+            except BackendError as exc:
+                # The batch reads the ring (its unsettled rows keep their events), whose upkeep
+                # empties a slot under an ACCESS EXCLUSIVE lock for a moment: try again.
+                if not isinstance(exc.__cause__, _BUSY) or attempt == _BATCH_TRIES - 1:
+                    raise
+                await anyio.sleep(min(0.05 * 2**attempt, 1.0))
         # ``young`` is NULL for an empty batch (the end of the log).
         return row_as(PruneBatch, row, last_event_id=row["last_id"], young=bool(row["young"]))
 
