@@ -61,47 +61,12 @@ from typing import Any
 import anyio
 import asyncpg
 
+from benchmarks.cpu import CpuMeter
 from benchmarks.storage import PATHS, _bus, counters, held_horizon
 from eventbus import Envelope, Retention, Worker
 from eventbus.testing import BenchEvent, drain
 
 BATCH = 200
-
-
-def _server_cpu(postmaster: int | None) -> float | None:
-    """CPU seconds used so far by the PostgreSQL server ``postmaster`` and its processes (None:
-    not on this machine). Exited backends are counted through the postmaster's children times."""
-    if postmaster is None:
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry) == postmaster:  # its own time and that of its children that have exited
-            total += sum(int(x) for x in fields[11:15])
-        elif int(fields[1]) == postmaster:
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
-
-
-async def _postmaster(dsn: str) -> int | None:
-    """The process id of the server's postmaster, if the server runs on this machine."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        pid = int(await conn.fetchval("SELECT pg_backend_pid()"))
-    finally:
-        await conn.close()
-    try:
-        stat = await anyio.Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 class _Stopped(Exception):
@@ -170,8 +135,8 @@ async def run(
                             return
                         passes.append(round(time.perf_counter() - started, 1))
 
-                postmaster = await _postmaster(dsn)
-                cpu_before = (time.process_time(), _server_cpu(postmaster))
+                cpu = await CpuMeter.of(dsn)
+                cpu.start()
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(worker.run)
                     tg.start_soon(retention)
@@ -188,11 +153,7 @@ async def run(
                         published += BATCH
                     elapsed = time.perf_counter() - t0
                     completed = seen.count
-                    server_after = _server_cpu(postmaster)
-                    client_cpu = time.process_time() - cpu_before[0]
-                    server_cpu = None
-                    if server_after is not None and cpu_before[1] is not None:
-                        server_cpu = server_after - cpu_before[1]
+                    cpu.stop()
                     worker.stop()
                     stopping.set()  # a retention pass in flight stops after its batch
             after = await counters(dsn, schema)
@@ -224,8 +185,7 @@ async def run(
             "n_dead_tup_at_end": after["dead"] / total_done,
             "wal_bytes_cluster": wal / total_done,
             "size_at_end_bytes": after["bytes"] / total_done,
-            "client_cpu_us": client_cpu / completed * 1e6,
-            "server_cpu_us": None if server_cpu is None else server_cpu / completed * 1e6,
+            **cpu.per(completed),
         },
         "n_dead_tup_at_end": after["dead"],
         "size_at_end_bytes": after["bytes"],
@@ -283,10 +243,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for r in runs.values():
             held, clean = r["held_xmin"], r["clean"]
             r["held_over_clean"] = held["completed_per_second"] / clean["completed_per_second"]
-            if clean["per_delivery"]["server_cpu_us"] is not None:
+            if clean["per_delivery"]["cpu_us"] is not None:
                 r["held_over_clean_cpu_per_delivery"] = (
-                    held["per_delivery"]["server_cpu_us"] + held["per_delivery"]["client_cpu_us"]
-                ) / (clean["per_delivery"]["server_cpu_us"] + clean["per_delivery"]["client_cpu_us"])
+                    held["per_delivery"]["cpu_us"] / clean["per_delivery"]["cpu_us"]
+                )
         rounds.append(runs)
     out: dict[str, Any] = {"benchmark": "steady", "backend": "postgres", "seconds": args.seconds}
     if args.rounds == 1:

@@ -9,7 +9,12 @@ round, with the harness's ``drain_once`` (a database recreated for the run,
 until the handler has finished job ``--n``), for the no-op handler and the
 1 ms one. The table gives the median and the min-max over the rounds, and
 each eventbus setting's ratio to PgQueuer's best setting (``batch_size=100``),
-median over median and round by round.
+median over median and round by round; and each run's CPU time per job
+(``benchmarks/cpu.py``: this process's, which holds the worker, and the
+server's when it runs on this machine: give ``--host`` a cluster of the
+benchmark's own, or other sessions' work is counted in it). Benchmark and
+server share the machine's cores, so with the cores busy the rate follows the
+CPU time per job.
 
 Systems: ``eventbus`` (``Worker(concurrency=200, batch_size=100)``),
 ``eventbus-append-only`` (the same on ``Bus(dsn, append_only=True)``),
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.cpu import CpuMeter
 from benchmarks.peers.eventbus_bench import EventbusAdapter
 from benchmarks.peers.harness import Adapter, drain_once
 from benchmarks.peers.pgqueuer_bench import PgQueuerAdapter
@@ -51,18 +57,29 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--systems: unknown {sorted(unknown)}; known: {', '.join(known)}")
     scenarios = {"drain_noop": 0.0, "drain_1ms": 0.001}
     rates: dict[str, dict[str, list[float]]] = {s: {name: [] for name in names} for s in scenarios}
+    cpu_us: dict[str, dict[str, list[dict[str, float | None]]]] = {
+        s: {name: [] for name in names} for s in scenarios
+    }
     loads: list[float] = []
     for r in range(args.runs):
         order = names[r % len(names) :] + names[: r % len(names)]
         for scenario, sleep_s in scenarios.items():
             for name in order:
                 print(f"round {r + 1} {scenario} {name}", flush=True)
-                rates[scenario][name].append(await drain_once(known[name], args.n, sleep_s, args.timeout))
+                meter = await CpuMeter.of(f"{args.host}/postgres")
+                rates[scenario][name].append(
+                    await drain_once(known[name], args.n, sleep_s, args.timeout, meter)
+                )
+                cpu_us[scenario][name].append(meter.per(args.n))
                 loads.append(os.getloadavg()[0])
     out: dict[str, Any] = {"n": args.n, "runs": args.runs, "load1": loads, "scenarios": {}}
     for scenario, by in rates.items():
-        table = {
-            name: {"runs": [round(x) for x in v], "median": round(statistics.median(v))}
+        table: dict[str, dict[str, Any]] = {
+            name: {
+                "runs": [round(x) for x in v],
+                "median": round(statistics.median(v)),
+                "cpu_us_per_job": cpu_us[scenario][name],
+            }
             for name, v in by.items()
         }
         if "pgqueuer" in by:

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from benchmarks.cpu import CpuMeter
 from benchmarks.peers.common import Countdown, analyze_database, now, percentile, record
 
 BATCH = 1_000  # batch size for every batch enqueue
@@ -40,18 +41,25 @@ async def enqueue_all(a: Adapter, n: int) -> None:
         await a.enqueue_many(start, min(BATCH, n - start))
 
 
-async def drain_once(make: Factory, n: int, sleep_s: float, timeout: float) -> float:
-    """Pre-enqueue n jobs, start one worker, time until the handler has finished n."""
+async def drain_once(
+    make: Factory, n: int, sleep_s: float, timeout: float, cpu: CpuMeter | None = None
+) -> float:
+    """Pre-enqueue n jobs, start one worker, time until the handler has finished n (with ``cpu``,
+    the CPU time of the same window)."""
     a = make()
     await a.open()
     try:
         await enqueue_all(a, n)
         await analyze_database(a.dsn)
         countdown = Countdown(n)
+        if cpu is not None:
+            cpu.start()
         t0 = now()
         await a.start_worker(countdown.hit, sleep_s)
         reached = await countdown.wait(timeout)
         elapsed = (countdown.done_at or now()) - t0
+        if cpu is not None:
+            cpu.stop()
         await a.stop_worker()
         left = await a.remaining()
     finally:

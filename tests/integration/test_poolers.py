@@ -11,6 +11,7 @@ wake-up under test.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -24,7 +25,10 @@ import anyio
 import asyncpg
 import pytest
 
+from eventbus import Bus, Context
+
 from ..support.cli import run_cli
+from ..support.helpers import OrderPlaced, drain
 from ..support.pgbouncer import PgBouncer
 from ..support.processes import EVENTBUS, ProcessGroup
 
@@ -194,3 +198,38 @@ def test_prepared_statements_through_a_transaction_pooler_are_named_in_the_error
     assert second.returncode != 0
     assert "BackendError: PostgreSQL refused the operation: prepared statement" in second.stderr
     assert "Add ?pooler=transaction to the DSN" in second.stderr
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+async def test_the_append_only_path_through_pgbouncer(
+    mode: str, pg_dsn: str, schema: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooler refuses startup parameters: the plan settings the ring needs are set on each
+    session behind a session pooler, and behind a transaction pooler (whose sessions are shared)
+    the bus says once that they belong on the role, naming the statement."""
+    bouncer: PgBouncer = request.getfixturevalue(
+        "pgbouncer" if mode == "transaction" else "pgbouncer_session"
+    )
+    seen: list[str] = []
+    bus = Bus(f"{bouncer.dsn_for(pg_dsn)}?pooler={mode}", schema=schema, append_only=True)
+
+    @bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        seen.append(event.order_id)
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="eventbus.postgres"):
+            await bus.migrate()
+            await bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(20)])
+            await drain(bus)
+        assert sorted(seen) == sorted(f"o-{i}" for i in range(20))
+        said = [r.getMessage() for r in caplog.records if r.name == "eventbus.postgres"]
+        if mode == "session":
+            async with bus.backend.db.conn() as conn:  # type: ignore[attr-defined]
+                assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+                assert await conn.fetchval("SHOW jit") == "off"
+            assert said == []
+        else:
+            assert len(said) == 1 and "ALTER ROLE <role> SET plan_cache_mode = force_custom_plan" in said[0]
+    finally:
+        await bus.aclose()

@@ -109,7 +109,7 @@ class PostgresBackend:
         )
         self.db.priority_step = checked_priority_step(priority_step_seconds)
         if _append_only(append_only):
-            self.db.take_append_only()
+            self.db.take_append_only(self.options.pooler)
         self.schema_name = self.db.schema
         """The PostgreSQL schema the bus's tables live in."""
         self.wakeups = PgWakeups(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import re
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -33,6 +34,8 @@ from ...types import EventId, PublishResult
 from .._sql import load_queries, query_names, quote_schema, validate_schema
 from ..ports import LockWaitExceeded, OutgoingEvent
 from ._kept import publish_kept
+
+log = logging.getLogger("eventbus.postgres")
 
 __all__ = [
     "HELD_LOCK_WAIT_MS",
@@ -167,6 +170,14 @@ DEAD_CLIENT_SECONDS = 10.0
 """How long the server keeps a session whose client stopped answering (see :func:`session_settings`)."""
 
 
+PLAN_SETTINGS = {"plan_cache_mode": "force_custom_plan", "jit": "off"}
+"""What the append-only path's sessions plan with. Every ring statement names its slots as a
+parameter, and a generic plan of one would lock every slot's partitions, so a slot's TRUNCATE
+would wait behind any claim; and a read over the ring's view expands 35 partitions, most of them
+empty and never analyzed, whose default estimates put an inspection read of six rows past
+``jit_above_cost`` (compiling it took 1.8 s, against 0.002 s without JIT)."""
+
+
 def session_settings(dead_client_seconds: float | None) -> dict[str, str]:
     """Settings sent when each pooled connection starts, so the server ends a dead client's session.
 
@@ -242,18 +253,29 @@ class PgDb:
         self.held_conn: Any = None
         """The pooled connection kept aside for lone publishes (see :meth:`held`), if taken."""
         self._held_lock = asyncio.Lock()
+        self._session_setup: str | None = None
+        """Run on each new pooled connection (the plan settings behind a session pooler)."""
+        self._check_plan_settings = False
+        """Whether the plan settings are checked once, as the role's (behind a transaction pooler)."""
 
-    def take_append_only(self) -> None:
+    def take_append_only(self, pooler: str = "none") -> None:
         """Take the append-only hot path (see :mod:`.ring`): publishes fan ordinary first runs out
         into the ring, every statement is planned for its parameters, and the reads of the
         deliveries (inspection, the queue samples, whether a schedule's firing is done) read
-        ``delivery_rows``, the view that shows the ring's deliveries beside the others."""
+        ``delivery_rows``, the view that shows the ring's deliveries beside the others.
+
+        The plan settings (:data:`PLAN_SETTINGS`) go with each connection's start when the bus
+        is direct; a pooler refuses startup parameters, so behind a session pooler each
+        connection sets them once (its server session is its own for its life), and behind a
+        transaction pooler, whose server sessions are shared, they must be the role's: the bus
+        checks and says so once if they are not."""
         self.append_only = True
-        self.server_settings["plan_cache_mode"] = "force_custom_plan"
-        # A read over the ring's view expands 35 partitions, most of them empty and never
-        # analyzed: their default estimates put an inspection read of six rows past
-        # jit_above_cost, and compiling it took 1.8 s (0.002 s without).
-        self.server_settings["jit"] = "off"
+        if pooler == "none":
+            self.server_settings.update(PLAN_SETTINGS)
+        elif pooler == "session":
+            self._session_setup = "; ".join(f"SET {k} = {v}" for k, v in PLAN_SETTINGS.items())
+        else:
+            self._check_plan_settings = True
         table = re.compile(re.escape(quote_schema(self.schema)) + r"\.deliveries\b")
         view = quote_schema(self.schema) + ".delivery_rows"
         reads = {"rollup_sample", "schedule_work_open", "occurrences_list"}
@@ -285,10 +307,37 @@ class PgDb:
                         statement_cache_size=self._statement_cache_size,
                         max_cached_statement_lifetime=self._statement_lifetime,
                         server_settings=self.server_settings,
+                        init=self._setup_session if self._session_setup else None,
                     )
                 except ValueError as exc:  # the DSN (asyncpg parses it here)
                     raise ConfigurationError(f"invalid PostgreSQL DSN: {exc}") from exc
+                if self._check_plan_settings:
+                    self._check_plan_settings = False
+                    await self._warn_plan_settings(self._pool)
         return self._pool
+
+    async def _setup_session(self, conn: Any) -> None:
+        assert self._session_setup is not None
+        await conn.execute(self._session_setup)
+
+    @staticmethod
+    async def _warn_plan_settings(pool: asyncpg.Pool) -> None:
+        """Say once, naming the fix, when the role's settings are not the plan settings."""
+        async with pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT name, setting FROM pg_settings WHERE name = ANY($1::text[])", list(PLAN_SETTINGS)
+            )
+        now = {r["name"]: r["setting"] for r in rows}
+        wrong = {k: v for k, v in PLAN_SETTINGS.items() if now.get(k) != v}
+        if wrong:
+            fix = "; ".join(f"ALTER ROLE <role> SET {k} = {v}" for k, v in wrong.items())
+            log.warning(
+                "the append-only path behind a transaction pooler plans with the role's settings, "
+                "and they are not the ones it needs (%s): run %s (otherwise a slot's TRUNCATE may "
+                "wait behind claims planned for every slot)",
+                ", ".join(f"{k} is {now.get(k)}" for k in wrong),
+                fix,
+            )
 
     @property
     def _statement_cache_size(self) -> int:
