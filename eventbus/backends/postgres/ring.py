@@ -226,7 +226,7 @@ class PgRing:
     ) -> list[asyncpg.Record]:
         """Claim up to ``limit`` ready rows after the delivery id ``after`` (see ``ring_claim``)."""
         if time.monotonic() - self._days_at >= _DAYS_EVERY:
-            await self.make_days()
+            await self.make_days(conn)  # on the claim's connection: a pool may have only that one
         window = await self.claimable(conn)
         rows = await conn.fetch(
             self.db.q["ring_claim"], window, subscription_id, after, limit, token, worker_id, lease_seconds
@@ -371,11 +371,15 @@ class PgRing:
         if time.monotonic() - self._free_at >= _LOOK_AT_FREE_EVERY:
             await self._empty_free_slots()
 
-    async def make_days(self) -> None:
+    async def make_days(self, conn: Any = None) -> None:
         """The outcome log's partitions of today and the next :data:`LOG_DAYS_AHEAD` days: made by
         each process before its first ring claim (a completion needs its day) and then every
-        ten minutes."""
-        async with self.db.tx("ring days") as conn:
+        ten minutes; on ``conn`` (not in a transaction) when given, else on a pooled one."""
+        if conn is None:
+            async with self.db.conn("ring days") as pooled:
+                await self.make_days(pooled)
+            return
+        async with conn.transaction():
             await conn.execute(self.db.q["ring_days_lock"], self.db.schema)
             await conn.execute(self.db.q["ring_make_days"], LOG_DAYS_AHEAD)
         self._days_at = time.monotonic()
