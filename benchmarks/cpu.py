@@ -51,14 +51,14 @@ class CpuMeter:
     async def of(cls, dsn: str) -> CpuMeter:
         """A meter for the server ``dsn`` reaches (its time is not read when it runs elsewhere)."""
         conn = await asyncpg.connect(dsn)
-        try:
+        try:  # read while the backend is there: its parent is the postmaster
             pid = int(await conn.fetchval("SELECT pg_backend_pid()"))
+            try:
+                stat = await anyio.Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return cls(None)
         finally:
             await conn.close()
-        try:
-            stat = await anyio.Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return cls(None)
         return cls(int(stat.rsplit(")", 1)[1].split()[1]))
 
     def start(self) -> None:

@@ -103,6 +103,11 @@ class ResultWriter:
                 ok = not (left or left_failures)
         return ok
 
+    async def between_writes(self) -> None:
+        """Wait until a write in progress has ended and what it wrote is forgotten."""
+        async with self._lock:
+            pass
+
     async def flush_all(self, seconds: float = FLUSH_SECONDS) -> None:
         """On stop: write everything, waiting for a write in progress.
 

@@ -176,6 +176,9 @@ async def _renew_leases(worker: Worker) -> None:
             log.warning("lease renewal failed: %s", exc)
             continue
         lost = [i for i in ids if i not in kept and (i, token) in in_flight]
+        if lost:  # or completed meanwhile by a write that has not forgotten them yet
+            await worker._results.between_writes()
+            lost = [i for i in lost if (i, token) in in_flight]
         if lost:
             log.warning("leases lost for deliveries %s; their results will be refused", lost)
 

@@ -435,3 +435,35 @@ async def test_publish_many_results_map_to_their_inputs(bus) -> None:
         assert isinstance(envelope.event, OrderPlaced)
         if not result.duplicate:
             assert seen[result.event_id] == envelope.event.order_id
+
+
+async def test_a_renewal_racing_a_completion_does_not_report_the_lease_lost(
+    bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The renewal reads a run whose completion has committed while the result writer has not
+    yet forgotten it: it waits for that write to end instead of calling the lease lost."""
+    from eventbus.worker._upkeep import _renew_leases
+
+    @bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await bus.register()
+    await bus.publish(OrderPlaced(order_id="o-1"))
+    worker = Worker(bus)
+    await worker._register()
+    claims = worker._claims
+    await claims._claim_round(set(claims.active))
+    ((_sub, delivery),) = claims.queue.take_all()
+    lease = (delivery.id, delivery.lease_token)
+    with caplog.at_level(logging.WARNING, logger="eventbus.worker"):
+        async with anyio.create_task_group() as tg:
+            async with worker._results._lock:  # a write in progress: committed, not yet forgotten
+                assert await bus.backend.deliveries.complete(
+                    [Completion(delivery.id, delivery.lease_token, (), ())]
+                ) == {lease}
+                tg.start_soon(_renew_leases, worker)
+                await anyio.sleep(0.3)
+                claims.forget(lease)
+    assert not [r for r in caplog.records if "leases lost" in r.getMessage()]
+    assert await counts(bus) == {("h", "completed"): 1}
