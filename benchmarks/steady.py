@@ -24,7 +24,9 @@ gives every round's held/clean ratio.
 Per completed delivery: updates plus deletes on the schema's tables
 (``n_tup_upd + n_tup_del`` of ``pg_stat_user_tables``) and on the delivery
 tables alone (deliveries, ring_ready, ring_claims, delivery_log and their
-partitions), the dead tuples left at the end (``n_dead_tup``), WAL bytes (the
+partitions), and on the database's system catalogs (the catalog churn of
+partitions made, truncated, analyzed and dropped: other sessions of the
+database are counted too), the dead tuples left at the end (``n_dead_tup``), WAL bytes (the
 ``pg_current_wal_lsn()`` difference: whatever every other session of the
 server wrote meanwhile is in it; reading minutes of WAL with pg_walinspect
 takes longer than the run) and the schema's table plus index bytes at the end;
@@ -182,6 +184,7 @@ async def run(
             "delivery_updates_deletes": (after["delivery_writes"] - before["delivery_writes"]) / total_done,
             "event_updates_deletes": (after["event_writes"] - before["event_writes"]) / total_done,
             "inserts": (after["inserts"] - before["inserts"]) / total_done,
+            "catalog_updates_deletes": (after["catalog_writes"] - before["catalog_writes"]) / total_done,
             "n_dead_tup_at_end": after["dead"] / total_done,
             "wal_bytes_cluster": wal / total_done,
             "size_at_end_bytes": after["bytes"] / total_done,

@@ -98,7 +98,9 @@ SELECT pg_current_wal_lsn()::text AS lsn,
                 FILTER (WHERE s.relname ~ '^(deliveries|ring_ready|ring_claims|delivery_log)'), 0)::bigint
            AS delivery_writes,
        coalesce(sum(s.n_dead_tup), 0)::bigint AS dead,
-       coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint AS bytes
+       coalesce(sum(pg_total_relation_size(s.relid)), 0)::bigint AS bytes,
+       (SELECT coalesce(sum(c.n_tup_upd + c.n_tup_del), 0)::bigint FROM pg_stat_sys_tables c
+        WHERE c.schemaname = 'pg_catalog') AS catalog_writes
 FROM pg_stat_user_tables s
 WHERE s.schemaname = $1
 """
