@@ -25,7 +25,9 @@ action; and the worker's per-minute queue sample) is called once to warm up
 and ``--runs`` more times on each path; the table shows the medians side by
 side, and whether both paths answered the same (results compared with their
 timestamps of a claim or a completion left out where the paths write them at
-different moments).
+different moments). ``--baseline`` shows an earlier run's ``--json`` beside
+(the code before a change, run with the same command); ``--reuse`` measures
+the seed an earlier run left instead of seeding again.
 """
 
 from __future__ import annotations
@@ -321,11 +323,23 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, seeded:
         f"Seeded in {seeded.get('plain', 0):.0f} s (default path) and {seeded.get('ring', 0):.0f} s "
         "(append-only). *same*: both paths answered alike (claim and completion times left out).",
         "",
-        "| read | default path | append-only | same |",
-        "|---|---:|---:|:---:|",
     ]
+    base = json.loads(args.baseline.read_text())["reads"] if args.baseline else None
+    if base is None:
+        lines += ["| read | default path | append-only | same |", "|---|---:|---:|:---:|"]
+    else:
+        lines += [
+            f"Before: `{args.baseline}` (an earlier run, same command), shown beside.",
+            "",
+            "| read | default path | append-only | same | before: default | before: append-only |",
+            "|---|---:|---:|:---:|---:|---:|",
+        ]
     for name, r in results.items():
-        lines.append(f"| {name} | {r['plain']:.2f} | {r['ring']:.2f} | {'yes' if r['same'] else '**no**'} |")
+        line = f"| {name} | {r['plain']:.2f} | {r['ring']:.2f} | {'yes' if r['same'] else '**no**'} |"
+        if base is not None:
+            b = base.get(name)
+            line += " — | — |" if b is None else f" {b['plain']:.2f} | {b['ring']:.2f} |"
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -354,6 +368,7 @@ def cli() -> None:
     parser.add_argument("--reuse", action="store_true", help="measure the seed of an earlier run again")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--baseline", type=Path, help="the --json of an earlier run, shown beside")
     args = parser.parse_args()
     args.argv = ["python -m benchmarks.dashboard_ring", *sys.argv[1:]]
     asyncio.run(main(args))
