@@ -105,7 +105,7 @@ def assemble(blocks: dict[str, str], schema: str, where: str) -> dict[str, str]:
     def include(match: re.Match[str]) -> str:
         if match.group(1) not in fragments:
             raise ConfigurationError(f"no fragment {match.group(1)!r} in {where}")
-        return fragments[match.group(1)]
+        return _FRAGMENT_RE.sub(include, fragments[match.group(1)])  # a fragment may include others
 
     return {
         name: render(_FRAGMENT_RE.sub(include, body), schema)

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 import eventbus.backends.postgres as pg_package
 
@@ -64,8 +65,9 @@ def test_each_port_module_reads_only_blocks_of_its_own_file_and_every_block_is_r
     assert not unused, f"defined but read by no module: {sorted(unused)}"
 
 
-async def test_every_postgres_query_prepares(pg_target) -> None:
-    bus = pg_target.bus()
+@pytest.mark.parametrize("append_only", [False, True])
+async def test_every_postgres_query_prepares(pg_target, append_only: bool) -> None:
+    bus = pg_target.bus(append_only=append_only)  # the append-only path rewrites its reads
     try:
         await bus.migrate()
         conn = await asyncpg.connect(pg_target.dsn)

@@ -208,6 +208,43 @@ def session_settings(dead_client_seconds: float | None) -> dict[str, str]:
     }
 
 
+_PER_STORE = {
+    **dict.fromkeys(("find_deliveries", "find_deliveries_dead", "find_deliveries_stuck",
+                     "find_deliveries_retrying"), "newest"),
+    **dict.fromkeys(("delivery_ids", "delivery_ids_dead", "delivery_ids_stuck",
+                     "delivery_ids_retrying"), "oldest"),
+    **dict.fromkeys(("count_deliveries", "count_deliveries_dead", "count_deliveries_stuck",
+                     "count_deliveries_retrying"), "count"),
+}  # fmt: skip
+"""The filtered lists, id walks and capped counts: on the append-only path the same query runs
+once per store (see :func:`_per_store`)."""
+
+
+_CAPPED = re.compile(r"(?:--[^\n]*\n)*SELECT count\(\*\) FROM \((.*)\) capped", re.DOTALL)
+"""A capped count of inspect.sql (its comment, then ``SELECT count(*) FROM (...) capped``):
+the rows it counts."""
+
+
+def _per_store(kind: str, copies: list[str]) -> str:
+    """One query from its copies on each store (deliveries, the ring's rows, the completed
+    outcomes: ``ring_rows_ready``, ``ring_rows_log``), each planned on its own store's indexes.
+
+    A list (``newest``: ``$16`` rows by id descending) or an id walk (``oldest``: ascending)
+    takes each copy's first ``$16`` rows and the first ``$16`` of those; a count (``count``:
+    capped at ``$15``) counts the rows each copy would count, one store after the other, no
+    further than ``$15`` in all.
+    """
+    if kind == "count":  # the capped rows of each store in turn: the cap stops the first that fills it
+        # The outcome log first: on this path it holds most deliveries, and a count that its rows
+        # fill is then one walk of the log (deliveries, much smaller than the events then, would be
+        # hashed and every event read to find the rows to count).
+        rows = "\nUNION ALL\n".join(f"({_CAPPED.fullmatch(c).group(1)})" for c in copies[::-1])  # type: ignore[union-attr]
+        return f"SELECT count(*) FROM (\n{rows}\nLIMIT $15\n) capped"
+    union = "\nUNION ALL\n".join(f"({c})" for c in copies)
+    order = "u.id DESC" if kind == "newest" else "u.id"
+    return f"SELECT * FROM (\n{union}\n) u ORDER BY {order} LIMIT $16"
+
+
 class PgDb:
     """The pool of one schema, the connection held for lone publishes, and the named queries."""
 
@@ -262,7 +299,10 @@ class PgDb:
         """Take the append-only hot path (see :mod:`.ring`): publishes fan ordinary first runs out
         into the ring, every statement is planned for its parameters, and the reads of the
         deliveries (inspection, the queue samples, whether a schedule's firing is done) read
-        ``delivery_rows``, the view that shows the ring's deliveries beside the others.
+        ``delivery_rows``, the view that shows the ring's deliveries beside the others; those
+        that count every delivery or walk them by id read each store on its own instead
+        (``ring_reads.sql``, :func:`_per_store`): the planner reads the outcome log's branch of
+        the view whole.
 
         The plan settings (:data:`PLAN_SETTINGS`) go with each connection's start when the bus
         is direct; a pooler refuses startup parameters, so behind a session pooler each
@@ -278,10 +318,22 @@ class PgDb:
             self._check_plan_settings = True
         table = re.compile(re.escape(quote_schema(self.schema)) + r"\.deliveries\b")
         view = quote_schema(self.schema) + ".delivery_rows"
+        stores = [
+            quote_schema(self.schema) + ".deliveries",
+            f"({self.q['ring_rows_ready']})",
+            f"({self.q['ring_rows_log']})",
+        ]
         reads = {"rollup_sample", "schedule_work_open", "occurrences_list"}
         for name in query_names("postgres", "inspect.sql") | reads:
-            if name in self.q:  # not a fragment: those are written into their queries
+            if name in _PER_STORE:
+                copies = [table.sub(store.replace("\\", "\\\\"), self.q[name]) for store in stores]
+                self.q[name] = _per_store(_PER_STORE[name], copies)
+            elif name in self.q:  # not a fragment: those are written into their queries
                 self.q[name] = table.sub(view, self.q[name])
+        # Counts of every delivery and the newest window: each store counted or walked on its own.
+        self.q["status"] = self.q["ring_status"]
+        self.q["status_recent"] = self.q["ring_status_recent"]
+        self.q["health_completed_recent"] = self.q["ring_health_completed_recent"]
 
     async def _no_check(self) -> None:
         self.ready = True
