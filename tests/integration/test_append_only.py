@@ -405,3 +405,22 @@ async def test_a_pool_of_one_connection_serves_the_ring(pg_target: Target) -> No
     finally:
         await bus.aclose()
     assert seen == ["only"]
+
+
+async def test_a_claim_that_comes_up_short_looks_at_the_newest_slots(
+    pg_target: Target, ring_bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window of slots a process claims from is cached for a moment; a claim that comes up
+    short reads it again before it says there is nothing, so a burst worker never ends with
+    rows waiting in a slot opened since it last looked."""
+    monkeypatch.setattr(ring, "WINDOW_SECONDS", 3600.0)  # a window cached for the whole test
+    monkeypatch.setattr(ring, "SLOT_ROWS", 5)
+    seen: list[str] = []
+    _subscribe(ring_bus, seen)
+    await ring_bus.register()
+    await ring_bus.publish_many([OrderPlaced(order_id=f"a-{i}") for i in range(5)])
+    await drain(ring_bus)  # caches the window: the first slot
+    await ring_bus.backend.deliveries.upkeep()  # the full slot is sealed: the next one opens
+    await ring_bus.publish_many([OrderPlaced(order_id=f"b-{i}") for i in range(5)])
+    await drain(ring_bus)
+    assert sorted(seen) == sorted([f"a-{i}" for i in range(5)] + [f"b-{i}" for i in range(5)])

@@ -95,6 +95,9 @@ SETTLE_SECONDS = 0.5
 WINDOW_SECONDS = 0.1
 """How old a process's view of the ring's window may be when it claims."""
 
+_WINDOW_FRESH = 0.005
+"""A claim that comes up short reads the window again when it is older than this."""
+
 UPKEEP_SECONDS = 0.2
 """How often each worker offers to take the ring's upkeep turn."""
 
@@ -228,14 +231,20 @@ class PgRing:
         if time.monotonic() - self._days_at >= _DAYS_EVERY:
             await self.make_days(conn)  # on the claim's connection: a pool may have only that one
         window = await self.claimable(conn)
-        rows = await conn.fetch(
-            self.db.q["ring_claim"], window, subscription_id, after, limit, token, worker_id, lease_seconds
-        )
+        q, lease = self.db.q["ring_claim"], lease_seconds
+        rows = list(await conn.fetch(q, window, subscription_id, after, limit, token, worker_id, lease))
+        if len(rows) < limit and time.monotonic() - self._window_at >= _WINDOW_FRESH:
+            # Short, on a window read a while ago: a slot opened since may hold the rest.
+            self._window_at = -math.inf
+            newer = [s for s in await self.claimable(conn) if s not in window]
+            if newer:
+                more = limit - len(rows)
+                rows += await conn.fetch(q, newer, subscription_id, after, more, token, worker_id, lease)
         now = time.monotonic()
         if len(self.held) > _HELD_MOST:  # results never written (dropped): forget the oldest
             self.held = {i: h for i, h in self.held.items() if now - h[1] < _HELD_SECONDS}
         self.held.update({r[0]: (r[14], now, lease_seconds) for r in rows})  # r[0]: id, r[14]: slot
-        return list(rows)
+        return rows
 
     def queue_due(self, subscription_id: int) -> bool:
         """Whether a claim of the subscription looks in ``deliveries`` before the ring now."""
