@@ -20,7 +20,14 @@ Parts (``--only backlog,publish,xmin``):
   deliveries/s, dead tuples at the end and WAL bytes per completed delivery.
 
 Every case starts on a freshly recreated database (the name must start with
-``bench_``).
+``bench_``). With ``--append-only`` the bus is ``Bus(dsn, append_only=True)``:
+the loaded backlog is older than the ring (it never entered it), so it is
+served from ``deliveries`` by the ring path's claim there
+(``ring_claim_queue``), whose plan is the one shown; the latency probe and the
+drain go through the store's claim as a worker's do.
+
+    python -m benchmarks.scale --dsn postgresql://postgres@127.0.0.1:5432/bench_scale \
+        --only backlog --append-only --sizes 100000,1000000,10000000 --json scale_append_only.json
 """
 
 from __future__ import annotations
@@ -59,9 +66,9 @@ SELECT id, $2::int, deliver_at, $3::text FROM ev
 """
 
 
-async def fresh_bus(dsn: str, on_event: Any = None) -> tuple[Bus, int]:
+async def fresh_bus(dsn: str, on_event: Any = None, append_only: bool = False) -> tuple[Bus, int]:
     await recreate_database(dsn)
-    bus = Bus(dsn, schema=SCHEMA)
+    bus = Bus(dsn, schema=SCHEMA, append_only=append_only)
 
     @bus.subscribe(ScaleTick, name="scale")
     async def handle(event: ScaleTick, ctx: Context) -> None:
@@ -93,15 +100,16 @@ async def claim_plan(bus: Bus, dsn: str, sub_id: int) -> str:
     try:
         tx = conn.transaction()
         await tx.start()
-        rows = await conn.fetch(
-            "EXPLAIN (ANALYZE, BUFFERS) " + bus.backend.db.q["claim"],  # type: ignore[attr-defined]
-            sub_id,
-            100,
-            30.0,
-            uuid.uuid4(),
-            uuid.uuid4(),
-            9 * bus.backend.db.priority_step,  # type: ignore[attr-defined]  # the claim's reach
-        )
+        db: Any = bus.backend.db  # type: ignore[attr-defined]
+        args = (sub_id, 100, 30.0, uuid.uuid4(), uuid.uuid4(), 9 * db.priority_step)  # the claim's reach
+        ring: Any = getattr(bus.backend.deliveries, "ring", None)
+        if ring is None:
+            rows = await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + db.q["claim"], *args)
+        else:  # the claim from deliveries beside the ring, from the ring's start
+            window = await ring.claimable(conn)
+            rows = await conn.fetch(
+                "EXPLAIN (ANALYZE, BUFFERS) " + db.q["ring_claim_queue"], *args, window, 0
+            )
         await tx.rollback()
         return "\n".join(r[0] for r in rows)
     finally:
@@ -121,9 +129,9 @@ async def unclaim(dsn: str) -> None:
         await conn.close()
 
 
-async def backlog_case(dsn: str, size: int, drain_n: int) -> dict[str, Any]:
+async def backlog_case(dsn: str, size: int, drain_n: int, append_only: bool = False) -> dict[str, Any]:
     done = Counter(drain_n)
-    bus, sub_id = await fresh_bus(dsn, done.hit)
+    bus, sub_id = await fresh_bus(dsn, done.hit, append_only)
     try:
         load_s = await preload(dsn, sub_id, size, "pending")
         plan = await claim_plan(bus, dsn, sub_id)
@@ -144,9 +152,11 @@ async def backlog_case(dsn: str, size: int, drain_n: int) -> dict[str, Any]:
         await bus.aclose()
     out = {
         "part": "backlog",
+        "append_only": append_only,
         "pending": size,
         "load_seconds": round(load_s, 1),
         "claim_ms_p50": round(statistics.median(latencies), 3),
+        "claim_ms_p95": round(sorted(latencies)[28], 3),
         "claim_ms_max": round(max(latencies), 3),
         "drain_n": drain_n,
         "drain_per_second": round(rate),
@@ -269,13 +279,14 @@ async def main() -> None:
     p.add_argument("--batch-n", type=int, default=20_000)
     p.add_argument("--xmin-seconds", type=float, default=120.0)
     p.add_argument("--only", default="backlog,publish,xmin")
+    p.add_argument("--append-only", action="store_true", help="Bus(dsn, append_only=True).")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     parts = set(args.only.split(","))
     results: list[dict[str, Any]] = []
     if "backlog" in parts:
         for size in (int(s) for s in args.sizes.split(",")):
-            results.append(await backlog_case(args.dsn, size, args.drain_n))
+            results.append(await backlog_case(args.dsn, size, args.drain_n, args.append_only))
     if "publish" in parts:
         for log_size in (0, args.log_size):
             results.append(await publish_case(args.dsn, log_size, args.single_n, args.batch_n))

@@ -15,7 +15,7 @@ from eventbus.retention import Retention
 from eventbus.types import DeliveryFilter
 
 from ..support.helpers import OrderPlaced, drain
-from ..support.plans import migrated, partitions_read, subscription
+from ..support.plans import migrated, partitions_read, scans, subscription
 
 KEEP = timedelta(days=1)
 ROTATE = Retention(completed_retention=KEEP, event_chunk_seconds=0, event_chunk_ids=100)
@@ -218,6 +218,76 @@ async def test_a_publish_racing_a_rotation_keeps_its_event_and_delivery(pg_bus, 
     await drain(pg_bus)
     assert [d.status for d in (await pg_bus.trace(racing_id)).deliveries] == ["completed"]
     assert await sql.fetchval("SELECT count(*) FROM deliveries WHERE status <> 'completed'") == 0
+
+
+async def test_a_chunk_drop_takes_the_log_before_the_chunk_as_a_claim_does(pg_bus, pg_target, sql) -> None:
+    """A statement reading the log (a claim's join) locks the parent, then each chunk. A drop
+    that locked its chunk first and then waited for the parent held the reader up until the
+    drop's lock_timeout gave up, and the chunk stayed."""
+    await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(5)])
+    await pg_bus.prune(retention=ROTATE)
+    old = (await _chunks(sql))[0][0]
+    reader = await asyncpg.connect(pg_target.dsn)
+    try:
+        await reader.execute(f'SET search_path = "{pg_target.schema}"')
+        tx = reader.transaction()
+        await tx.start()
+        await reader.execute("LOCK TABLE ONLY events IN ACCESS SHARE MODE")  # the reader's first lock
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(pg_bus.prune, retention=DROP))
+            with anyio.fail_after(10):
+                while not await sql.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                    " WHERE l.relation = 'events'::regclass AND NOT l.granted"
+                    " AND a.query NOT LIKE '%rotate_event_chunks%')"
+                ):
+                    await anyio.sleep(0.01)
+            # The drop waits for the parent: the reader's next locks, the chunks', are free
+            # (well under the drop's own lock_timeout of 200 ms).
+            await reader.execute("SET LOCAL lock_timeout = '100ms'")
+            assert await reader.fetchval("SELECT count(*) FROM events") == 5
+            await tx.commit()
+    finally:
+        await reader.close()
+    await pg_bus.prune(retention=DROP)
+    assert not await _exists(sql, old)
+
+
+async def test_a_walk_batch_of_kept_events_reads_the_ring_once(pg_target) -> None:
+    """Events that outlived their chunk (events_kept) while deliveries of theirs were in the
+    append-only ring: a retention batch over them reads the ring once, not once per event
+    (ring_ready has no index on event_id: a read per event of a full ring took minutes)."""
+    q, conn, s = await migrated(pg_target)
+    try:
+        sub = await subscription(conn, s)
+        base = 1 << 50  # past every chunk: the events land in events_kept
+        await conn.execute(
+            f"INSERT INTO {s}.events (id, event_type, payload, created_at) OVERRIDING SYSTEM VALUE "
+            "SELECT $1::bigint + g, 'order.placed', '{}'::bytea, now() - interval '1 hour' "
+            "FROM generate_series(1, 200) g",
+            base,
+        )
+        # The first 100 have an unclaimed delivery in the ring, among other ring rows.
+        await conn.execute(
+            f"INSERT INTO {s}.ring_ready (slot, delivery_id, subscription_id, event_id) "
+            "SELECT 0, g, $2, CASE WHEN g <= 100 THEN $1::bigint + g ELSE g END "
+            "FROM generate_series(1, 5000) g",
+            base,
+            sub,
+        )
+        await conn.execute(f"ANALYZE {s}.events_kept, {s}.ring_ready")
+        tx = conn.transaction()
+        await tx.start()
+        args = (base, 1000, 0.0, None, 0.0, False, [], [], [], 0.0, True)
+        plan = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {q['prune_batch']}", *args))[0]
+        await tx.rollback()
+        assert [n["Actual Loops"] for n in scans(plan, "ring_ready_0")] == [1], plan
+        row = await conn.fetchrow(q["prune_batch"], *args)
+        assert row["events"] == 100  # those with a delivery in the ring stay
+        left = await conn.fetch(f"SELECT id FROM {s}.events_kept ORDER BY id")
+        assert [r["id"] for r in left] == [base + g for g in range(1, 101)]
+    finally:
+        await conn.close()
 
 
 async def test_the_claim_and_a_lookup_by_id_read_one_chunk(pg_target) -> None:

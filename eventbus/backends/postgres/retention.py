@@ -182,10 +182,11 @@ class PgRetention:
     ) -> ChunkPass:
         """One chunk: its keys that go, in batches; then, in one short transaction, the drop.
 
-        Every claim of the database locks each chunk (a generic plan of the
-        claim's join locks every partition before it prunes them), so the
-        drop's transaction, which holds the chunk's lock, reads no more than
-        the deliveries left in the chunk's range before it drops it.
+        Every claim of the database locks the log's parent and then each
+        chunk (a generic plan of the claim's join locks every partition before
+        it prunes them), so the drop's transaction takes the parent first, in
+        the claims' order (see ``lock_event_log``), and reads no more than the
+        deliveries left in the chunk's range before it drops it.
         """
         await self._touch_lock()
         if not dry_run:
@@ -198,6 +199,7 @@ class PgRetention:
                     # As for prune_batch: no event goes while a backfill is open.
                     if not await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel):
                         return ChunkPass(busy=1)
+                    await conn.execute(self.q["lock_event_log"])  # the parent first, as a claim
                     chunk = await conn.fetchrow(self.q["lock_chunk"], name)
                     if chunk is None:  # no longer a closed chunk
                         return ChunkPass()

@@ -69,15 +69,25 @@ WITH batch AS (
 ), history AS (
     DELETE FROM {schema}.delivery_attempts a USING gone WHERE a.delivery_id = gone.id
     RETURNING 1
-), events_doomed AS (
-    SELECT b.id FROM batch b
+), kept AS (
+    SELECT b.id, b.key, b.created_at FROM batch b
     WHERE $11 AND b.tableoid = '{schema}.events_kept'::regclass
-      AND $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
+), in_ring AS MATERIALIZED (
+    -- The kept events of the batch with a delivery in the append-only ring with no outcome
+    -- yet: ring_ready has no index on event_id, so it is read once per batch (and not at all
+    -- for a batch without kept events), never once per kept event.
+    SELECT r.event_id FROM {schema}.ring_ready r
+    WHERE EXISTS (SELECT 1 FROM kept)
+      AND r.event_id >= (SELECT min(id) FROM kept) AND r.event_id <= (SELECT max(id) FROM kept)
+      AND {_ring_unsettled}
+), events_doomed AS (
+    SELECT b.id FROM kept b
+    WHERE $3::float8 IS NOT NULL AND b.created_at < now() - $3 * interval '1 second'
       AND (b.key IS NULL OR b.created_at < now() - $5 * interval '1 second')
       AND NOT EXISTS (SELECT 1 FROM {schema}.deliveries d
                       WHERE d.event_id = b.id AND d.id NOT IN (SELECT id FROM doomed))
       -- nor a delivery in the append-only ring with no outcome yet (a bounded table)
-      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_ready r WHERE r.event_id = b.id AND {_ring_unsettled})
+      AND b.id NOT IN (SELECT event_id FROM in_ring)
 ), events_gone AS (
     DELETE FROM {schema}.events_kept e USING events_doomed x WHERE e.id = x.id AND NOT $6
     RETURNING e.id, e.event_type, e.key
@@ -106,6 +116,16 @@ SELECT {schema}.rotate_event_chunks($1, $2, $3);
 SELECT name, lo, hi FROM {schema}.event_chunks
 WHERE closed_at < now() - $1::float8 * interval '1 second'
 ORDER BY lo;
+
+-- name: lock_event_log
+-- The event log's parent, before a chunk's drop locks the chunk: every
+-- statement that reads the log (a claim's join) locks the parent first and
+-- then each chunk, and the drop's DROP TABLE needs the parent too. Taken in
+-- the other order, a claim holding the parent and waiting for the chunk and
+-- the drop holding the chunk and waiting for the parent wait for each other
+-- until the drop's lock_timeout ends it (the drop then never gets through a
+-- steady load).
+LOCK TABLE ONLY {schema}.events IN ACCESS EXCLUSIVE MODE;
 
 -- name: lock_chunk
 -- Lock a closed chunk for its drop; its bounds, or no row.
