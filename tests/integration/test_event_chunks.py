@@ -278,12 +278,12 @@ async def test_a_walk_batch_of_kept_events_reads_the_ring_once(pg_target) -> Non
         await conn.execute(f"ANALYZE {s}.events_kept, {s}.ring_ready")
         tx = conn.transaction()
         await tx.start()
-        args = (base, 1000, 0.0, None, 0.0, False, [], [], [], 0.0, True)
+        args: tuple[object, ...] = (base, 1000, 0.0, None, 0.0, False, [], [], [], 0.0, True)
         plan = json.loads(await conn.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {q['prune_batch']}", *args))[0]
         await tx.rollback()
         assert [n["Actual Loops"] for n in scans(plan, "ring_ready_0")] == [1], plan
         row = await conn.fetchrow(q["prune_batch"], *args)
-        assert row["events"] == 100  # those with a delivery in the ring stay
+        assert row is not None and row["events"] == 100  # those with a delivery in the ring stay
         left = await conn.fetch(f"SELECT id FROM {s}.events_kept ORDER BY id")
         assert [r["id"] for r in left] == [base + g for g in range(1, 101)]
     finally:
