@@ -16,7 +16,7 @@ import anyio
 import asyncpg
 import pytest
 
-from eventbus import Bus, ConfigurationError, Context, Retention, Worker
+from eventbus import Bus, ConfigurationError, Context, Retention
 from eventbus.backends.postgres import ring
 
 from ..conftest import Target
@@ -387,24 +387,6 @@ async def test_a_retention_pass_waits_out_a_slot_being_emptied(pg_target: Target
         await conn.close()
     assert report is not None
     assert (await _sql(pg_target, "SELECT count(*) AS n FROM {schema}.events"))[0]["n"] == 0
-
-
-async def test_a_pool_of_one_connection_serves_the_ring(pg_target: Target) -> None:
-    """A ring claim makes the outcome log's days first on its own connection: with a pool of one,
-    waiting for a second one would never end."""
-    await seed_postgres(pg_target.dsn, pg_target.schema or "")
-    bus = pg_target.bus(append_only=True, min_pool_size=1, max_pool_size=1)
-    seen: list[str] = []
-    _subscribe(bus, seen)
-    try:
-        await bus.migrate()
-        await bus.register()
-        with anyio.fail_after(20):
-            await bus.publish(OrderPlaced(order_id="only"))
-            await Worker(bus, burst=True).run()
-    finally:
-        await bus.aclose()
-    assert seen == ["only"]
 
 
 async def test_a_claim_that_comes_up_short_looks_at_the_newest_slots(

@@ -460,8 +460,10 @@ async def test_a_broken_publish_connection_is_replaced(pg_target) -> None:
         await bus.aclose()
 
 
-async def test_a_pool_of_one_connection_keeps_none_aside_for_publishing(pg_target) -> None:
-    bus = pg_target.bus(min_pool_size=1, max_pool_size=1)
+@pytest.mark.parametrize("append_only", [False, True], ids=["default", "append-only"])
+async def test_a_pool_of_one_connection_keeps_none_aside_for_publishing(pg_target, append_only: bool) -> None:
+    # On the append-only path a ring claim also makes the outcome log's days: on its own connection.
+    bus = pg_target.bus(min_pool_size=1, max_pool_size=1, append_only=append_only)
     handled: list[str] = []
 
     @bus.subscribe(OrderPlaced, name="h")
