@@ -162,6 +162,32 @@ async def test_a_chunk_pinned_by_dead_letters_keeps_them_replayable(pg_bus, sql)
     assert {d.status for i in bad for d in (await pg_bus.trace(i)).deliveries} == {"completed"}
 
 
+async def test_a_pinned_chunk_is_told_pinned_without_locking_the_log(pg_bus, pg_target, sql) -> None:
+    """A chunk more of whose events must stay than a pass may move is found pinned before the
+    drop's transaction: a pass over it never takes the event log's lock, which every publish and
+    claim waits for (here a reader holds the log, and the pass still says pinned, not busy)."""
+
+    @pg_bus.subscribe(OrderPlaced, name="h", retry=RetryPolicy(max_attempts=1))
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        raise DeadLetter("refused")
+
+    await pg_bus.register()
+    await pg_bus.publish_many([OrderPlaced(order_id=f"bad{i}") for i in range(3)])
+    await drain(pg_bus)
+    await pg_bus.prune(retention=ROTATE)
+    reader = await asyncpg.connect(pg_target.dsn)
+    try:
+        async with reader.transaction():
+            await reader.execute(f'SELECT count(*) FROM "{pg_target.schema}".events')  # holds the log
+            done = await pg_bus.backend.retention.prune_chunks(  # type: ignore[attr-defined]
+                completed_seconds=0.0, dead_seconds=None, dedup_seconds=0.0, chunk_seconds=86400.0,
+                chunk_ids=1 << 32, max_survivors=1,
+            )  # fmt: skip
+    finally:
+        await reader.close()
+    assert (done.pinned, done.busy, done.chunks) == (1, 0, 0)
+
+
 async def test_dedup_holds_across_a_chunk_boundary(pg_bus, sql) -> None:
     first = await pg_bus.publish(OrderPlaced(order_id="a"), key="k")
     once = await pg_bus.publish(OrderPlaced(order_id="o"), key="o", once=True)

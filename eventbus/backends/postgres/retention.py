@@ -161,7 +161,8 @@ class PgRetention:
         cutoffs = (completed_seconds, dead_seconds, dedup_seconds, max_survivors, dry_run, overrides)
         done = ChunkPass()
         for chunk in chunks:
-            one = await self._drop_chunk(chunk["name"], chunk["lo"], chunk["hi"], *cutoffs)
+            bounds = (chunk["name"], chunk["lo"], chunk["hi"], chunk["closed_at"])
+            one = await self._drop_chunk(*bounds, *cutoffs)
             done = ChunkPass(
                 events=done.events + one.events, chunks=done.chunks + one.chunks,
                 pinned=done.pinned + one.pinned, busy=done.busy + one.busy,
@@ -173,6 +174,7 @@ class PgRetention:
         name: str,
         lo: int,
         hi: int,
+        closed_at: Any,
         completed_seconds: float,
         dead_seconds: float | None,
         dedup_seconds: float,
@@ -189,6 +191,21 @@ class PgRetention:
         deliveries left in the chunk's range before it drops it.
         """
         await self._touch_lock()
+
+        async def survivors(conn: Any, closed: Any) -> list[Any]:
+            return list(
+                await conn.fetch(
+                    self.q["chunk_survivors"], lo, hi, closed, dedup_seconds, dry_run, completed_seconds,
+                    dead_seconds, [o[0] for o in overrides], [o[1] for o in overrides],
+                    [o[2] for o in overrides], max_survivors + 1,
+                )
+            )  # fmt: skip
+
+        async with self.db.conn() as conn:
+            # A chunk that is pinned now waits for a later pass (keeping it is always safe),
+            # told without taking the log's lock, which publishes and claims wait for.
+            if len(await survivors(conn, closed_at)) > max_survivors:
+                return ChunkPass(pinned=1)
         if not dry_run:
             await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
         async with self.db.conn() as conn:
@@ -203,11 +220,7 @@ class PgRetention:
                     chunk = await conn.fetchrow(self.q["lock_chunk"], name)
                     if chunk is None:  # no longer a closed chunk
                         return ChunkPass()
-                    rows = await conn.fetch(
-                        self.q["chunk_survivors"], lo, hi, chunk["closed_at"], dedup_seconds, dry_run,
-                        completed_seconds, dead_seconds, [o[0] for o in overrides],
-                        [o[1] for o in overrides], [o[2] for o in overrides],
-                    )  # fmt: skip
+                    rows = await survivors(conn, chunk["closed_at"])
                     if len(rows) > max_survivors:
                         return ChunkPass(pinned=1)
                     if dry_run:

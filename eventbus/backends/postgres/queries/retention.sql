@@ -113,7 +113,7 @@ SELECT {schema}.rotate_event_chunks($1, $2, $3);
 -- name: chunks_past
 -- The closed chunks closed more than $1 seconds ago (every event in one is
 -- at least that old), oldest first: those retention may drop.
-SELECT name, lo, hi FROM {schema}.event_chunks
+SELECT name, lo, hi, closed_at FROM {schema}.event_chunks
 WHERE closed_at < now() - $1::float8 * interval '1 second'
 ORDER BY lo;
 
@@ -139,6 +139,7 @@ SELECT lo, hi, closed_at FROM {schema}.lock_event_chunk($1);
 -- the chunk closed less than $4 ago, $3). On a dry run ($5), deliveries this
 -- pass would delete (the cutoffs $6 completed, $7 dead, overridden for the
 -- subscriptions $8 by $9, $10, as in prune_batch) do not keep their event.
+-- At most $11 rows: past that many the chunk is pinned, whatever the count.
 WITH overrides AS (
     SELECT s.id, o.completed, o.dead
     FROM unnest($8::text[], $9::float8[], $10::float8[]) AS o(name, completed, dead)
@@ -164,7 +165,8 @@ UNION
 SELECT e.id FROM {schema}.events e
 WHERE $3::timestamptz >= now() - $4::float8 * interval '1 second'
   AND e.id >= $1 AND e.id < $2 AND e.key IS NOT NULL
-  AND e.created_at >= now() - $4::float8 * interval '1 second';
+  AND e.created_at >= now() - $4::float8 * interval '1 second'
+LIMIT $11;
 
 -- name: chunk_size
 -- The events of the chunk [$1, $2), read before it is locked (it is closed:
