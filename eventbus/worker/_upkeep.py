@@ -166,19 +166,26 @@ async def flush_rollup(store: RollupStore, rollup: Rollup, *, everything: bool =
         log.warning("throughput rollup not written (%d rows kept for the next flush): %s", len(rows), exc)
 
 
+_WRITE_WAIT_SECONDS = 1.0
+"""How long a renewal that missed some runs waits for a result write in progress before it
+calls their leases lost (every other lease of the turn is renewed before it waits)."""
+
+
 async def _renew_leases(worker: Worker) -> None:
     """Extend the leases of every run this worker holds: one call per lease token."""
     in_flight = worker._claims.in_flight
+    missed: list[tuple[int, str]] = []
     for (token, lease_seconds), ids in in_flight.leases().items():
         try:
             kept = await worker.deliveries.extend(ids, token, lease_seconds)
         except BackendError as exc:
             log.warning("lease renewal failed: %s", exc)
             continue
-        lost = [i for i in ids if i not in kept and (i, token) in in_flight]
-        if lost:  # or completed meanwhile by a write that has not forgotten them yet
+        missed += [(i, token) for i in ids if i not in kept and (i, token) in in_flight]
+    if missed:  # or completed meanwhile by a write that has not forgotten them yet
+        with anyio.move_on_after(_WRITE_WAIT_SECONDS):
             await worker._results.between_writes()
-            lost = [i for i in lost if (i, token) in in_flight]
+        lost = [i for i, token in missed if (i, token) in in_flight]
         if lost:
             log.warning("leases lost for deliveries %s; their results will be refused", lost)
 

@@ -161,8 +161,8 @@ class PgRetention:
         cutoffs = (completed_seconds, dead_seconds, dedup_seconds, max_survivors, dry_run, overrides)
         done = ChunkPass()
         for chunk in chunks:
-            bounds = (chunk["name"], chunk["lo"], chunk["hi"], chunk["closed_at"])
-            one = await self._drop_chunk(*bounds, *cutoffs)
+            name, lo, hi, closed_at = chunk["name"], chunk["lo"], chunk["hi"], chunk["closed_at"]
+            one = await self._drop_chunk(name, lo, hi, closed_at, *cutoffs)
             done = ChunkPass(
                 events=done.events + one.events, chunks=done.chunks + one.chunks,
                 pinned=done.pinned + one.pinned, busy=done.busy + one.busy,
