@@ -179,7 +179,7 @@ async def test_a_pinned_chunk_is_told_pinned_without_locking_the_log(pg_bus, pg_
     try:
         async with reader.transaction():
             await reader.execute(f'SELECT count(*) FROM "{pg_target.schema}".events')  # holds the log
-            done = await pg_bus.backend.retention.prune_chunks(  # type: ignore[attr-defined]
+            done = await pg_bus.backend.retention.prune_chunks(
                 completed_seconds=0.0, dead_seconds=None, dedup_seconds=0.0, chunk_seconds=86400.0,
                 chunk_ids=1 << 32, max_survivors=1,
             )  # fmt: skip
