@@ -66,15 +66,18 @@ async def _throughput(db: asyncpg.Connection, s: str) -> tuple[float, float, int
     return row["done"] / elapsed, elapsed, row["done"]
 
 
-async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
-    counts = {r[0]: r[1] for r in await db.fetch(f'SELECT status, count(*) FROM "{s}".deliveries GROUP BY 1')}
+async def check_ended(db: asyncpg.Connection, s: str, rows: str = "deliveries") -> dict[str, int]:
+    """What every kill soak checks once its workload ended, over ``rows`` (``deliveries``, or the
+    append-only path's ``delivery_rows``, which shows every delivery wherever it lives); returns
+    the deliveries per status."""
+    counts = {r[0]: r[1] for r in await db.fetch(f'SELECT status, count(*) FROM "{s}".{rows} GROUP BY 1')}
     # Nothing stuck; every delivery ended.
     assert set(counts) <= {"completed", "dead"}, counts
     # Lost 0: every order, audit and follow-up has its delivery.
     per_sub = {
         r[0]: r[1]
         for r in await db.fetch(
-            f'SELECT s.name, count(*) FROM "{s}".deliveries d '
+            f'SELECT s.name, count(*) FROM "{s}".{rows} d '
             f'JOIN "{s}".subscriptions s ON s.id = d.subscription_id GROUP BY 1'
         )
     }
@@ -102,8 +105,21 @@ async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
         )
         == 0
     )
-    # A delivery completed exactly once (one transition to completed), and its
-    # handler ran at least once (a recorded start and end).
+    # Every completed delivery's handler ran (a recorded start and end).
+    assert (
+        await db.fetchval(
+            f"SELECT count(*) FROM \"{s}\".{rows} d WHERE d.status = 'completed' AND NOT "
+            f'EXISTS (SELECT 1 FROM "{s}".handler_runs r WHERE r.delivery_id = d.id '
+            "AND r.phase = 'end')"
+        )
+        == 0
+    )
+    return counts
+
+
+async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
+    await check_ended(db, s)
+    # A delivery completed exactly once (one transition to completed).
     assert (
         await db.fetchval(
             f'SELECT count(*) FROM (SELECT delivery_id FROM "{s}".transitions '
@@ -116,14 +132,6 @@ async def _check_invariants(db: asyncpg.Connection, s: str) -> None:
             f"SELECT count(*) FROM \"{s}\".deliveries d WHERE d.status = 'completed' AND NOT "
             f'EXISTS (SELECT 1 FROM "{s}".transitions t WHERE t.delivery_id = d.id '
             "AND t.new_status = 'completed')"
-        )
-        == 0
-    )
-    assert (
-        await db.fetchval(
-            f"SELECT count(*) FROM \"{s}\".deliveries d WHERE d.status = 'completed' AND NOT "
-            f'EXISTS (SELECT 1 FROM "{s}".handler_runs r WHERE r.delivery_id = d.id '
-            "AND r.phase = 'end')"
         )
         == 0
     )
