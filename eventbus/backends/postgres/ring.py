@@ -204,9 +204,9 @@ class PgRing:
         held = self.held
         return sorted({*self._live, *(held[i][0] for i in ids if i in held)})
 
-    async def _refresh(self, conn: Any) -> None:
+    async def _refresh(self, conn: Any, *, force: bool = False) -> None:
         now = time.monotonic()
-        if now - self._window_at >= WINDOW_SECONDS:
+        if force or now - self._window_at >= WINDOW_SECONDS:
             gens = await self._gens(conn)
             self._window = [g.slot for g in gens if not g.closing]
             self._live = [g.slot for g in gens]
@@ -235,8 +235,8 @@ class PgRing:
         rows = list(await conn.fetch(q, window, subscription_id, after, limit, token, worker_id, lease))
         if len(rows) < limit and time.monotonic() - self._window_at >= _WINDOW_FRESH:
             # Short, on a window read a while ago: a slot opened since may hold the rest.
-            self._window_at = -math.inf
-            newer = [s for s in await self.claimable(conn) if s not in window]
+            await self._refresh(conn, force=True)
+            newer = [s for s in self._window if s not in window]
             if newer:
                 more = limit - len(rows)
                 rows += await conn.fetch(q, newer, subscription_id, after, more, token, worker_id, lease)
