@@ -8,7 +8,7 @@ round, with the harness's ``drain_once`` (a database recreated for the run,
 ``--n`` jobs pre-enqueued in batches of 1,000, ``ANALYZE``, one worker timed
 until the handler has finished job ``--n``), for the no-op handler and the
 1 ms one. The table gives the median and the min-max over the rounds, and
-each eventbus setting's ratio to PgQueuer's best setting (``batch_size=100``),
+each eventbus setting's ratio to PgQueuer's best setting run (see below),
 median over median and round by round; and each run's CPU time per job
 (``benchmarks/cpu.py``: this process's, which holds the worker, and the
 server's when it runs on this machine: give ``--host`` a cluster of the
@@ -19,7 +19,11 @@ CPU time per job.
 Systems: ``eventbus`` (``Worker(concurrency=200, batch_size=100)``),
 ``eventbus-append-only`` (the same on ``Bus(dsn, append_only=True)``),
 ``pgqueuer`` (``QueueManager.run(batch_size=100)``, its tuned setting in
-``README.md``) and, with ``--systems``, ``pgqueuer-default`` (batch_size=10).
+``README.md``) and, with ``--systems``, ``pgqueuer-default`` (batch_size=10),
+``pgqueuer-200`` and ``pgqueuer-500`` (larger batches), ``eventbus-wide`` and
+``eventbus-append-only-wide`` (``Worker(concurrency=400, batch_size=200)``).
+Each eventbus setting's ratio is to the best PgQueuer setting of the run (by
+median; ``pgqueuer_best`` names it per scenario).
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ def systems(host: str) -> dict[str, Callable[[], Adapter]]:
         "eventbus-append-only": lambda: EventbusAdapter(f"{host}/bench_eventbus_ao", 200, 100, True),
         "pgqueuer": lambda: PgQueuerAdapter(f"{host}/bench_pgqueuer", 100),
         "pgqueuer-default": lambda: PgQueuerAdapter(f"{host}/bench_pgqueuer", 10),
+        "eventbus-wide": lambda: EventbusAdapter(f"{host}/bench_eventbus", 400, 200, False),
+        "eventbus-append-only-wide": lambda: EventbusAdapter(f"{host}/bench_eventbus_ao", 400, 200, True),
+        "pgqueuer-200": lambda: PgQueuerAdapter(f"{host}/bench_pgqueuer", 200),
+        "pgqueuer-500": lambda: PgQueuerAdapter(f"{host}/bench_pgqueuer", 500),
     }
 
 
@@ -82,8 +90,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             }
             for name, v in by.items()
         }
-        if "pgqueuer" in by:
-            best = by["pgqueuer"]
+        peers = [name for name in names if name.startswith("pgqueuer")]
+        if peers:
+            best_name = max(peers, key=lambda name: statistics.median(by[name]))
+            best = by[best_name]
+            out.setdefault("pgqueuer_best", {})[scenario] = best_name
             for name in names:
                 if name.startswith("eventbus"):
                     table[name]["over_pgqueuer_median"] = round(
