@@ -23,6 +23,7 @@ marked ``append_only`` run on it by default; every backend test does when
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -193,10 +194,13 @@ class Target:
         return Bus(self.dsn, schema=self.schema, **{**self.options, **options})  # type: ignore[arg-type]
 
 
-@pytest.fixture
-async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+@contextlib.asynccontextmanager
+async def open_target(
+    backend_kind: str, folder: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Target]:
+    """An empty target of ``backend_kind``: a SQLite file in ``folder``, or a fresh PostgreSQL schema."""
     if backend_kind == "sqlite":
-        yield Target("sqlite", f"sqlite:///{tmp_path / 'bus.db'}", None)
+        yield Target("sqlite", f"sqlite:///{folder / 'bus.db'}", None)
         return
     dsn = request.getfixturevalue("pg_dsn")
     schema = f"t_{uuid.uuid4().hex[:16]}"
@@ -211,6 +215,12 @@ async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureReque
     else:
         yield Target("postgres", dsn, schema)
     await drop_schema(dsn, schema)
+
+
+@pytest.fixture
+async def target(backend_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Target]:
+    async with open_target(backend_kind, tmp_path, request) as t:
+        yield t
 
 
 @pytest.fixture
@@ -230,7 +240,7 @@ def sqlite_template_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("sqlite-template")
 
 
-async def _seed(target: Target, request: pytest.FixtureRequest) -> None:
+async def seed_target(target: Target, request: pytest.FixtureRequest) -> None:
     """Give an empty target a migrated store by copy (support/templates.py)."""
     if target.schema is None:
         await seed_sqlite(target.dsn, request.getfixturevalue("sqlite_template_folder"))
@@ -249,7 +259,7 @@ async def make_bus(target: Target, request: pytest.FixtureRequest) -> AsyncItera
 
     async def factory(**options: object) -> Bus:
         if not buses:
-            await _seed(target, request)
+            await seed_target(target, request)
         bus = target.bus(**options)
         await bus.migrate()
         buses.append(bus)

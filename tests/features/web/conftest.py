@@ -1,4 +1,12 @@
-"""Dashboard fixtures: a seeded bus on each backend, an in-process HTTP client of its app, a browser."""
+"""Dashboard fixtures: a seeded bus on each backend, an in-process HTTP client of its app, a browser.
+
+A test that only reads (or whose every action must be refused) looks at one seeded
+bus per backend that the module's tests share (``shared_bus``, ``shared_ro``,
+``shared_rw``), on the module's event loop: seeding a fresh store per test was most
+of the dashboard tests' time. Each such test checks on its way out that the seeded
+data is as it found it (:func:`_fingerprint`), so a test that writes to the shared
+store fails there instead of changing what the next one sees.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ import inspect
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -17,20 +25,74 @@ from playwright.async_api import Browser, BrowserContext, Page
 from eventbus import Bus
 from eventbus.web import create_app
 
-from ...conftest import Target
+from ...conftest import Target, open_target, seed_target
 from ...support.processes import ProcessGroup
 from . import _browser
-from ._data import declare, seed
+from ._data import declare, pay, seed
 
 TOKEN = "s3cret-token"
 ORIGIN = "http://localhost"
 OPERATOR = "alice"
 
 
+@pytest.fixture(scope="module")
+def backend_kind(request: pytest.FixtureRequest) -> str:
+    """Module-scoped here, so that a module's tests share one seeded bus per backend (``seeded_once``)."""
+    return str(request.param)
+
+
 @pytest.fixture
 async def seeded(bus: Bus) -> Bus:
     await seed(bus)
     return bus
+
+
+SHARED_LOOP: Final = "module"
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope=SHARED_LOOP)
+async def seeded_once(
+    backend_kind: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> AsyncIterator[Bus]:
+    """A bus seeded as ``seeded`` is, once per module and backend; tests take it through ``shared_bus``."""
+    async with open_target(backend_kind, tmp_path_factory.mktemp("seeded"), request) as target:
+        await seed_target(target, request)
+        bus = target.bus()
+        try:
+            await bus.migrate()
+            await seed(bus)
+            yield bus
+        finally:
+            await bus.aclose()
+
+
+async def _fingerprint(bus: Bus) -> tuple[Any, ...]:
+    """What a test may not change in the shared seed: events, deliveries, subscriptions,
+    the schedule, the machine's instance and approval, the workers."""
+    status = await bus.status()
+    deliveries = [(d.id, d.status, d.attempts) for d in await bus.find_deliveries(limit=1000)]
+    subscriptions = sorted((s.name, s.state) for s in await bus.list_subscriptions())
+    instance = await bus.workflows.instance(pay, "c-1")
+    approvals = [(a.id, a.status) for a in await bus.workflows.approvals(pay, "c-1")]
+    workers = sorted(str(w.id) for w in await bus.workers())
+    return (
+        status.events,
+        deliveries,
+        subscriptions,
+        await bus.schedules.info("hourly-report"),
+        (instance.state, instance.status),
+        approvals,
+        workers,
+    )
+
+
+@pytest_asyncio.fixture(loop_scope=SHARED_LOOP)
+async def shared_bus(seeded_once: Bus) -> AsyncIterator[Bus]:
+    """The module's seeded bus, for a test that leaves its data as it found it (checked afterwards)."""
+    before = await _fingerprint(seeded_once)
+    yield seeded_once
+    after = await _fingerprint(seeded_once)
+    assert after == before, "a test on the shared seeded bus changed it: give it ``seeded`` instead"
 
 
 def client_of(bus: Bus, token: str | None) -> httpx.AsyncClient:
@@ -49,6 +111,20 @@ async def ro(seeded: Bus) -> AsyncIterator[httpx.AsyncClient]:
 async def rw(seeded: Bus) -> AsyncIterator[httpx.AsyncClient]:
     """Actions allowed with the token."""
     async with client_of(seeded, TOKEN) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope=SHARED_LOOP)
+async def shared_ro(shared_bus: Bus) -> AsyncIterator[httpx.AsyncClient]:
+    """``ro`` on the shared seeded bus."""
+    async with client_of(shared_bus, None) as client:
+        yield client
+
+
+@pytest_asyncio.fixture(loop_scope=SHARED_LOOP)
+async def shared_rw(shared_bus: Bus) -> AsyncIterator[httpx.AsyncClient]:
+    """``rw`` on the shared seeded bus: what it does must change no data (refused, or a preview)."""
+    async with client_of(shared_bus, TOKEN) as client:
         yield client
 
 
@@ -79,6 +155,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _drives_a_browser(item):
             item.add_marker(pytest.mark.asyncio(loop_scope=BROWSER_LOOP), append=False)
+        elif "seeded_once" in getattr(item, "fixturenames", ()):  # on the shared bus's loop
+            item.add_marker(pytest.mark.asyncio(loop_scope=SHARED_LOOP), append=False)
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

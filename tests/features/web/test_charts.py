@@ -20,8 +20,8 @@ def _handler_row(page: str, name: str) -> list[str]:
     return re.findall(r'<td class="num">(?:<a [^>]*>)?([^<]*)', row.group(1))
 
 
-async def test_charts_draw_the_rollup_of_the_last_hour(ro: httpx.AsyncClient, seeded: Bus) -> None:
-    r = await ro.get("/charts")
+async def test_charts_draw_the_rollup_of_the_last_hour(shared_ro: httpx.AsyncClient, shared_bus: Bus) -> None:
+    r = await shared_ro.get("/charts")
     assert r.status_code == 200
     page = r.text
     for title in ("Handler runs per minute", "Handler duration (log scale)", "Queue depth", "Lag"):
@@ -36,24 +36,24 @@ async def test_charts_draw_the_rollup_of_the_last_hour(ro: httpx.AsyncClient, se
     assert (completed, failed, dead) == ("3", "3", "3")
     assert len(percentiles) == 3 and all(p.endswith(" ms") for p in percentiles)
     assert _handler_row(page, "ship")[:3] == ["3", "0", "0"]
-    hour = await seeded.throughput(window="1h")
+    hour = await shared_bus.throughput(window="1h")
     assert {h.subscription for h in hour.handlers} <= set(
         re.findall(r'<td><a href="[^"]*">([^<]+)</a></td>', page)
     )
 
 
-async def test_the_window_and_the_subscription_filter(ro: httpx.AsyncClient) -> None:
-    page = (await ro.get("/charts?window=1d&subscription=charge")).text
+async def test_the_window_and_the_subscription_filter(shared_ro: httpx.AsyncClient) -> None:
+    page = (await shared_ro.get("/charts?window=1d&subscription=charge")).text
     assert "Handler runs per 10 minutes" in page and "charge · last day" in page
     assert '<option value="1d" selected>' in page and "<option selected>charge</option>" in page
     assert re.findall(r'<td><a href="[^"]*">([^<]+)</a></td>', page) == ["charge"]
     assert 'href="/charts?subscription=charge&amp;window=1h"' in page  # the switch keeps the filter
-    empty = (await ro.get("/charts?subscription=%3Cb%3Enosuch")).text
+    empty = (await shared_ro.get("/charts?subscription=%3Cb%3Enosuch")).text
     assert "&lt;b&gt;nosuch · last hour" in empty and "<b>nosuch" not in empty
     assert "No handler ran in this window" in empty and empty.count("no data in this window") == 4
 
 
-async def test_an_unknown_window_is_refused_with_the_reason(ro: httpx.AsyncClient) -> None:
-    r = await ro.get("/charts?window=2h")
+async def test_an_unknown_window_is_refused_with_the_reason(shared_ro: httpx.AsyncClient) -> None:
+    r = await shared_ro.get("/charts?window=2h")
     assert r.status_code == 400
     assert "window must be one of 1h, 1d, got &#39;2h&#39;" in r.text

@@ -22,8 +22,8 @@ def _svgs(html: str, cls: str) -> list[ET.Element]:
     return [ET.fromstring(s) for s in found]
 
 
-async def test_machine_page_draws_the_table_with_runs_per_state(ro: httpx.AsyncClient) -> None:
-    page = await ro.get("/machines/pay")
+async def test_machine_page_draws_the_table_with_runs_per_state(shared_ro: httpx.AsyncClient) -> None:
+    page = await shared_ro.get("/machines/pay")
     assert page.status_code == 200
     (svg,) = _svgs(page.text, "machine-diagram")
     boxes = {"".join(g.itertext()) for g in svg.iter(f"{SVG}g") if "md-box" in (g.get("class") or "")}

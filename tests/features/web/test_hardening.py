@@ -52,8 +52,8 @@ async def test_a_session_value_works_only_with_its_own_session(seeded: Bus) -> N
         assert (await seeded.schedules.info("hourly-report")).paused
 
 
-async def test_a_forged_session_cookie_is_not_a_session(seeded: Bus) -> None:
-    async with _client(seeded) as client:
+async def test_a_forged_session_cookie_is_not_a_session(shared_bus: Bus) -> None:
+    async with _client(shared_bus) as client:
         csrf = await unlock(client)
         value = client.cookies[COOKIE]
         nonce, _, mac = value.split(".")
@@ -63,17 +63,17 @@ async def test_a_forged_session_cookie_is_not_a_session(seeded: Bus) -> None:
         assert (await _post(client, "/schedules/hourly-report/pause", {"csrf": csrf})).status_code == 403
 
 
-async def test_unlock_needs_a_name_unless_one_is_configured(seeded: Bus) -> None:
-    async with _client(seeded) as client:
+async def test_unlock_needs_a_name_unless_one_is_configured(shared_bus: Bus) -> None:
+    async with _client(shared_bus) as client:
         r = await _post(client, "/unlock", {"token": TOKEN})
         assert r.status_code == 400 and "name" in r.text
-    async with _client(seeded, operator="ops-team") as client:
+    async with _client(shared_bus, operator="ops-team") as client:
         assert (await _post(client, "/unlock", {"token": TOKEN})).status_code == 303
         assert '<strong id="operator">ops-team</strong>' in (await client.get("/")).text
 
 
-async def test_lock_ends_the_session(seeded: Bus) -> None:
-    async with _client(seeded) as client:
+async def test_lock_ends_the_session(shared_bus: Bus) -> None:
+    async with _client(shared_bus) as client:
         csrf = await unlock(client)
         assert "Lock</button>" in (await client.get("/")).text
         r = await _post(client, "/lock", {})
@@ -83,8 +83,8 @@ async def test_lock_ends_the_session(seeded: Bus) -> None:
         assert (await _post(client, "/schedules/hourly-report/pause", {"csrf": csrf})).status_code == 403
 
 
-async def test_unlock_is_rate_limited_per_client(seeded: Bus) -> None:
-    async with _client(seeded) as client, _client(seeded, peer="10.0.0.2") as other:
+async def test_unlock_is_rate_limited_per_client(shared_bus: Bus) -> None:
+    async with _client(shared_bus) as client, _client(shared_bus, peer="10.0.0.2") as other:
         other.cookies.clear()
         for _ in range(UNLOCK_TRIES):
             r = await _post(client, "/unlock", {"token": "guess", "operator": OPERATOR})
@@ -93,26 +93,26 @@ async def test_unlock_is_rate_limited_per_client(seeded: Bus) -> None:
         assert r.status_code == 429 and "too many wrong tokens" in r.text
         assert COOKIE not in client.cookies
     # One guard per application: a new app (a restart) or another client starts afresh.
-    async with _client(seeded, peer="10.0.0.2") as other:
+    async with _client(shared_bus, peer="10.0.0.2") as other:
         assert (await _post(other, "/unlock", {"token": TOKEN, "operator": OPERATOR})).status_code == 303
 
 
 # -- hosts and headers ----------------------------------------------------------------------------
 
 
-async def test_only_the_allowed_hosts_are_served(seeded: Bus) -> None:
-    async with _client(seeded, base_url="http://rebound.example") as client:
+async def test_only_the_allowed_hosts_are_served(shared_bus: Bus) -> None:
+    async with _client(shared_bus, base_url="http://rebound.example") as client:
         r = await client.get("/dead")
         assert r.status_code == 400 and "bad letter" not in r.text
-    async with _client(seeded, base_url="http://127.0.0.1:8700") as client:
+    async with _client(shared_bus, base_url="http://127.0.0.1:8700") as client:
         assert (await client.get("/dead")).status_code == 200
-    async with _client(seeded, base_url="http://ops.example", allowed_hosts=["ops.example"]) as client:
+    async with _client(shared_bus, base_url="http://ops.example", allowed_hosts=["ops.example"]) as client:
         assert (await client.get("/dead")).status_code == 200
 
 
-async def test_every_response_carries_the_security_headers(ro: httpx.AsyncClient) -> None:
+async def test_every_response_carries_the_security_headers(shared_ro: httpx.AsyncClient) -> None:
     for url in ("/", "/events/1", "/events/999", "/static/dashboard.css"):
-        r = await ro.get(url)
+        r = await shared_ro.get(url)
         csp = r.headers["content-security-policy"]
         assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp, url
         assert r.headers["x-content-type-options"] == "nosniff", url
@@ -151,9 +151,9 @@ async def test_a_subscription_named_with_a_slash_can_be_paused(rw: httpx.AsyncCl
     assert {s.name: s.state for s in await seeded.list_subscriptions()}["team/notify"] == "paused"
 
 
-async def test_paging_ends_on_a_full_page_and_goes_back_up(seeded: Bus) -> None:
+async def test_paging_ends_on_a_full_page_and_goes_back_up(shared_bus: Bus) -> None:
     """Six deliveries of charge at three a page: two pages, no empty third, and a way back."""
-    app = create_app(seeded, page_size=3)
+    app = create_app(shared_bus, page_size=3)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
         first = await client.get("/deliveries?subscription=charge")
         older = re.search(r'href="/deliveries\?([^"]+)">older', first.text)
@@ -168,60 +168,60 @@ async def test_paging_ends_on_a_full_page_and_goes_back_up(seeded: Bus) -> None:
         assert ids == re.findall(r'<td class="num did">(\d+)</td>', first.text)
 
 
-async def test_the_newer_link_from_deep_down_leads_to_the_page_just_above(seeded: Bus) -> None:
-    app = create_app(seeded, page_size=2)
+async def test_the_newer_link_from_deep_down_leads_to_the_page_just_above(shared_bus: Bus) -> None:
+    app = create_app(shared_bus, page_size=2)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
-        ids = [d.id for d in await seeded.find_deliveries(DeliveryFilter(subscription="charge"))]
+        ids = [d.id for d in await shared_bus.find_deliveries(DeliveryFilter(subscription="charge"))]
         third = await client.get(f"/deliveries?subscription=charge&before={ids[3]}")
         assert re.findall(r'<td class="num did">(\d+)</td>', third.text) == [str(i) for i in ids[4:6]]
         newer = re.search(r'href="/deliveries\?([^"]*)">← newer', third.text)
         assert newer is not None
         second = await client.get("/deliveries?" + newer.group(1).replace("&amp;", "&"))
         assert re.findall(r'<td class="num did">(\d+)</td>', second.text) == [str(i) for i in ids[2:4]]
-    above = await seeded.find_deliveries(DeliveryFilter(subscription="charge"), limit=2, after_id=ids[4])
+    above = await shared_bus.find_deliveries(DeliveryFilter(subscription="charge"), limit=2, after_id=ids[4])
     assert [d.id for d in above] == ids[2:4]
     with pytest.raises(ConfigurationError):
-        await seeded.find_deliveries(limit=2, before_id=ids[0], after_id=ids[4])
+        await shared_bus.find_deliveries(limit=2, before_id=ids[0], after_id=ids[4])
 
 
 @pytest.mark.parametrize("given", ["nan", "-1", "soon", "-inf"])
-async def test_a_bad_stream_length_is_a_clear_error(ro: httpx.AsyncClient, given: str) -> None:
-    r = await ro.get(f"/live?max_seconds={given}")
+async def test_a_bad_stream_length_is_a_clear_error(shared_ro: httpx.AsyncClient, given: str) -> None:
+    r = await shared_ro.get(f"/live?max_seconds={given}")
     assert r.status_code == 400 and "max_seconds must be a number" in r.text
 
 
-async def test_out_of_range_ids_are_not_found_or_refused_cleanly(rw: httpx.AsyncClient) -> None:
+async def test_out_of_range_ids_are_not_found_or_refused_cleanly(shared_rw: httpx.AsyncClient) -> None:
     for url in (f"/events/{BIG}", "/events/-1", f"/events/{BIG}/payload"):
-        r = await rw.get(url)
+        r = await shared_rw.get(url)
         assert r.status_code == 404 and "no such event" in r.text, url
     for url in (f"/deliveries?event_id={BIG}", f"/deliveries?before={BIG}", f"/dead?before={BIG}"):
-        r = await rw.get(url)
+        r = await shared_rw.get(url)
         assert r.status_code == 400 and "must be a whole number from 0 to" in r.text, url
         assert "bigint" not in r.text and "Overflow" not in r.text, url
-    csrf = await unlock(rw)
-    r = await _post(rw, f"/approvals/{BIG}/approve", {"csrf": csrf})
+    csrf = await unlock(shared_rw)
+    r = await _post(shared_rw, f"/approvals/{BIG}/approve", {"csrf": csrf})
     assert r.status_code == 404 and "no such approval" in r.text
 
 
-async def test_flash_shows_known_messages_only(ro: httpx.AsyncClient) -> None:
-    page = await ro.get("/dead?flash=Your+session+expired:+call+555-0100")
+async def test_flash_shows_known_messages_only(shared_ro: httpx.AsyncClient) -> None:
+    page = await shared_ro.get("/dead?flash=Your+session+expired:+call+555-0100")
     assert "555-0100" not in page.text and 'class="flash"' not in page.text
-    page = await ro.get("/dead?flash=replay&n=3")
+    page = await shared_ro.get("/dead?flash=replay&n=3")
     assert '<div class="flash" role="status">replay: 3 dead letter(s)</div>' in page.text
-    page = await ro.get("/dead?flash=replay&n=<b>")
+    page = await shared_ro.get("/dead?flash=replay&n=<b>")
     assert 'class="flash"' not in page.text
 
 
-async def test_the_confirmation_cancel_keeps_the_filter(rw: httpx.AsyncClient) -> None:
-    csrf = await unlock(rw)
+async def test_the_confirmation_cancel_keeps_the_filter(shared_rw: httpx.AsyncClient) -> None:
+    csrf = await unlock(shared_rw)
     form = {"op": "purge", "scope": "filter", "subscription": "charge", "csrf": csrf}
-    preview = await _post(rw, "/dead/action", form)
+    preview = await _post(shared_rw, "/dead/action", form)
     assert preview.status_code == 200 and '<a href="/dead?subscription=charge">cancel</a>' in preview.text
     assert f'value="{csrf}"' in preview.text and TOKEN not in preview.text
 
 
-async def test_times_are_labelled_utc(ro: httpx.AsyncClient) -> None:
-    page = (await ro.get("/dead")).text
+async def test_times_are_labelled_utc(shared_ro: httpx.AsyncClient) -> None:
+    page = (await shared_ro.get("/dead")).text
     assert "times in UTC" in page
     # Each time is machine-readable UTC for the script that shows it in the browser's zone.
     stamps = re.findall(r'<time datetime="(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)">([^<]+)</time>', page)

@@ -43,15 +43,15 @@ async def _dead_ids(bus: Bus) -> list[int]:
 
 
 @pytest.mark.parametrize("url", PAGES)
-async def test_every_page_renders(ro: httpx.AsyncClient, url: str) -> None:
-    r = await ro.get(url)
+async def test_every_page_renders(shared_ro: httpx.AsyncClient, url: str) -> None:
+    r = await shared_ro.get(url)
     assert r.status_code == 200, r.text
     assert "<script>" not in r.text.replace('<script src="/static/dashboard.js"></script>', "")
     assert "read-only" in r.text
 
 
-async def test_overview_shows_backlog_and_dead(ro: httpx.AsyncClient) -> None:
-    r = await ro.get("/")
+async def test_overview_shows_backlog_and_dead(shared_ro: httpx.AsyncClient) -> None:
+    r = await shared_ro.get("/")
     row = re.search(
         r"<tr>\s*<td><a href=\"/deliveries\?subscription=charge\">charge</a>.*?</tr>", r.text, re.S
     )
@@ -61,9 +61,9 @@ async def test_overview_shows_backlog_and_dead(ro: httpx.AsyncClient) -> None:
     assert ">3</a>" in cells[6]  # dead, linked to the dead letters
 
 
-async def test_overview_counts_completed_among_the_newest_deliveries_past_the_cap(seeded: Bus) -> None:
+async def test_overview_counts_completed_among_the_newest_deliveries_past_the_cap(shared_bus: Bus) -> None:
     """Past count_cap deliveries the overview reads only the newest ones: lower bounds, marked."""
-    app = create_app(seeded, count_cap=4)
+    app = create_app(shared_bus, count_cap=4)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
         r = await client.get("/")
     assert r.status_code == 200
@@ -77,26 +77,28 @@ async def test_overview_counts_completed_among_the_newest_deliveries_past_the_ca
     assert "counted among the newest 4 deliveries only" in r.text
 
 
-async def test_overview_shows_the_storage_strip_where_it_exists(ro: httpx.AsyncClient, seeded: Bus) -> None:
-    r = await ro.get("/")
-    if seeded.backend.kind == "postgres":
+async def test_overview_shows_the_storage_strip_where_it_exists(
+    shared_ro: httpx.AsyncClient, shared_bus: Bus
+) -> None:
+    r = await shared_ro.get("/")
+    if shared_bus.backend.kind == "postgres":
         assert "<h2>Storage</h2>" in r.text and "xmin horizon" in r.text
         assert re.search(r"<td>deliveries</td>", r.text)
     else:  # SQLite has no table statistics, and nothing was pruned yet
         assert "<h2>Storage</h2>" not in r.text
 
 
-async def test_payloads_and_errors_are_escaped(ro: httpx.AsyncClient, seeded: Bus) -> None:
-    (dead, *_) = await seeded.find_deliveries(DeliveryFilter(status="dead"))
-    r = await ro.get(f"/events/{dead.event_id}")
+async def test_payloads_and_errors_are_escaped(shared_ro: httpx.AsyncClient, shared_bus: Bus) -> None:
+    (dead, *_) = await shared_bus.find_deliveries(DeliveryFilter(status="dead"))
+    r = await shared_ro.get(f"/events/{dead.event_id}")
     assert "bad-" in r.text and "&lt;script&gt;" in r.text and "<b>" not in r.text
     assert "&lt;b&gt;bad-" in r.text  # the traceback's message, escaped
     assert "Traceback" in r.text and "RuntimeError" in r.text
 
 
-async def test_event_page_shows_the_causation_chain(ro: httpx.AsyncClient, seeded: Bus) -> None:
-    (notify, *_) = await seeded.find_deliveries(DeliveryFilter(subscription="notify"))
-    r = await ro.get(f"/events/{notify.event_id}")
+async def test_event_page_shows_the_causation_chain(shared_ro: httpx.AsyncClient, shared_bus: Bus) -> None:
+    (notify, *_) = await shared_bus.find_deliveries(DeliveryFilter(subscription="notify"))
+    r = await shared_ro.get(f"/events/{notify.event_id}")
     chain = re.search(r'<ul class="tree" id="chain">(.*?)</ul>', r.text, re.S)
     assert chain is not None
     order = re.findall(r"(test\.\w+) #", chain.group(1))
@@ -113,8 +115,8 @@ async def test_event_page_shows_the_stored_version(ro: httpx.AsyncClient, seeded
     assert "<tr><th>version</th><td>3</td></tr>" in r.text
 
 
-async def test_deliveries_page_counts_past_a_cap_and_pages_by_cursor(seeded: Bus) -> None:
-    app = create_app(seeded, page_size=4, count_cap=5)
+async def test_deliveries_page_counts_past_a_cap_and_pages_by_cursor(shared_bus: Bus) -> None:
+    app = create_app(shared_bus, page_size=4, count_cap=5)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=ORIGIN) as client:
         first = await client.get("/deliveries")
         assert '<strong id="count">5+</strong>' in first.text
@@ -128,12 +130,12 @@ async def test_deliveries_page_counts_past_a_cap_and_pages_by_cursor(seeded: Bus
         assert '<strong id="count">3</strong>' in counted.text
 
 
-async def test_a_bad_filter_is_a_clear_error(ro: httpx.AsyncClient) -> None:
-    r = await ro.get("/deliveries?event_id=abc")
+async def test_a_bad_filter_is_a_clear_error(shared_ro: httpx.AsyncClient) -> None:
+    r = await shared_ro.get("/deliveries?event_id=abc")
     assert r.status_code == 400 and "event_id must be a whole number" in r.text
-    r = await ro.get("/deliveries?payload_path=x;drop&payload_value=1")
+    r = await shared_ro.get("/deliveries?payload_path=x;drop&payload_value=1")
     assert r.status_code == 400 and "payload path" in r.text
-    assert (await ro.get("/events/999")).status_code == 404
+    assert (await shared_ro.get("/events/999")).status_code == 404
 
 
 async def test_replay_one_round_trip(rw: httpx.AsyncClient, seeded: Bus) -> None:
@@ -236,19 +238,19 @@ async def test_pause_resume_and_cancel_an_instance(rw: httpx.AsyncClient, seeded
     assert all(r.actor == f"operator:{OPERATOR}" for r in history[-3:])
 
 
-async def test_read_only_refuses_every_action(ro: httpx.AsyncClient, seeded: Bus) -> None:
-    ids = await _dead_ids(seeded)
+async def test_read_only_refuses_every_action(shared_ro: httpx.AsyncClient, shared_bus: Bus) -> None:
+    ids = await _dead_ids(shared_bus)
     for url, form in [
         ("/dead/action", {"op": "purge", "ids": ids, "confirm": "yes", "token": TOKEN}),
         ("/schedules/hourly-report/pause", {"token": TOKEN}),
         ("/unlock", {"token": TOKEN}),
     ]:
-        r = await _post(ro, url, form)
+        r = await _post(shared_ro, url, form)
         assert r.status_code == 403 and "read-only" in r.text
-    page = await ro.get("/dead")
+    page = await shared_ro.get("/dead")
     assert "Purge" not in page.text and 'name="ids"' not in page.text
-    assert await _dead_ids(seeded) == ids
-    assert not (await seeded.schedules.info("hourly-report")).paused
+    assert await _dead_ids(shared_bus) == ids
+    assert not (await shared_bus.schedules.info("hourly-report")).paused
 
 
 async def test_actions_need_the_token_and_the_same_origin(rw: httpx.AsyncClient, seeded: Bus) -> None:
@@ -268,12 +270,12 @@ async def test_actions_need_the_token_and_the_same_origin(rw: httpx.AsyncClient,
     assert header.status_code == 303 and await _dead_ids(seeded) == []
 
 
-async def test_unlock_puts_a_session_value_not_the_token_in_forms(rw: httpx.AsyncClient) -> None:
-    assert (await _post(rw, "/unlock", {"token": "wrong", "operator": OPERATOR})).status_code == 403
-    r = await _post(rw, "/unlock", {"token": TOKEN, "operator": OPERATOR})
+async def test_unlock_puts_a_session_value_not_the_token_in_forms(shared_rw: httpx.AsyncClient) -> None:
+    assert (await _post(shared_rw, "/unlock", {"token": "wrong", "operator": OPERATOR})).status_code == 403
+    r = await _post(shared_rw, "/unlock", {"token": TOKEN, "operator": OPERATOR})
     assert r.status_code == 303 and "httponly" in r.headers["set-cookie"].lower()
     assert TOKEN not in r.headers["set-cookie"]
-    page = await rw.get("/dead")
+    page = await shared_rw.get("/dead")
     assert TOKEN not in page.text and 'name="csrf"' in page.text and "Purge all matching" in page.text
 
 
@@ -294,11 +296,11 @@ async def test_live_stream_says_refresh_when_counts_change(seeded: Bus) -> None:
         assert body[0].startswith("retry:") and "event: refresh" in body[0]
 
 
-async def test_mounted_under_a_prefix_links_stay_inside(seeded: Bus) -> None:
+async def test_mounted_under_a_prefix_links_stay_inside(shared_bus: Bus) -> None:
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
-    host = Starlette(routes=[Mount("/ops/bus", app=create_app(seeded))])
+    host = Starlette(routes=[Mount("/ops/bus", app=create_app(shared_bus))])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=host), base_url=ORIGIN) as client:
         page = await client.get("/ops/bus/dead")
         assert page.status_code == 200 and 'href="/ops/bus/deliveries"' in page.text
