@@ -14,7 +14,7 @@ from eventbus import Context, DeadLetter, RetryPolicy
 from eventbus.retention import Retention
 from eventbus.types import DeliveryFilter
 
-from ..support.helpers import OrderPlaced, drain
+from ..support.helpers import OrderPlaced, Shipped, drain
 from ..support.plans import migrated, partitions_read, scans, subscription
 
 KEEP = timedelta(days=1)
@@ -277,6 +277,72 @@ async def test_a_chunk_drop_takes_the_log_before_the_chunk_as_a_claim_does(pg_bu
         await reader.close()
     await pg_bus.prune(retention=DROP)
     assert not await _exists(sql, old)
+
+
+async def test_a_chunk_drop_reads_its_survivors_before_it_locks_the_log(pg_bus, pg_target, sql) -> None:
+    """A chunk drop holds the log's parent, which every claim and publish waits for, for the DROP
+    and the survivors' re-insert only: the survivors are read and copied before it. Here their
+    read is held up by a transaction holding subscriptions (the read joins it); the drop then
+    holds no lock of the log a reader waits for, and a read of the log (a claim's join) goes
+    through. It held the parent through that read, and every claim waited."""
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await pg_bus.register()
+    pending = (await pg_bus.publish(OrderPlaced(order_id="pending"))).event_id  # a survivor
+    await pg_bus.publish(Shipped(order_id="k"), key="k")  # no delivery: it goes, its key first
+    await pg_bus.prune(retention=ROTATE)
+    old = (await _chunks(sql))[0][0]
+    holder = await asyncpg.connect(pg_target.dsn)
+    reader = await asyncpg.connect(pg_target.dsn)
+    try:
+        for conn in (holder, reader):
+            await conn.execute(f'SET search_path = "{pg_target.schema}"')
+        keys = holder.transaction()
+        await keys.start()  # holds the key, so the pass stops in its key walk, past the pinned check
+        await holder.execute("SELECT 1 FROM event_keys WHERE key = 'k' FOR UPDATE")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(
+                pg_bus.backend.retention.prune_chunks, completed_seconds=0.0, dead_seconds=None,
+                dedup_seconds=0.0, chunk_seconds=86400.0, chunk_ids=100, max_survivors=10,
+            ))  # fmt: skip
+            with anyio.fail_after(10):
+                while not await sql.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'transactionid'"
+                    " AND NOT granted AND pid <> $1)",
+                    holder.get_server_pid(),
+                ):
+                    await anyio.sleep(0.01)
+            subs = reader.transaction()
+            await subs.start()
+            await reader.execute("LOCK TABLE subscriptions IN ACCESS EXCLUSIVE MODE")
+            await keys.rollback()
+            # The survivors' read waits for subscriptions (at most the drop's lock_timeout, 200 ms).
+            with anyio.fail_after(10):
+                while (
+                    held := await sql.fetchrow(
+                        "SELECT w.pid, EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = w.pid AND l.granted"
+                        "   AND l.relation = 'events'::regclass AND l.mode <> 'AccessShareLock') AS log"
+                        " FROM pg_locks w WHERE w.relation = 'subscriptions'::regclass AND NOT w.granted"
+                    )
+                ) is None:
+                    await anyio.sleep(0.005)
+            assert not held["log"], "the drop holds the event log while it reads its survivors"
+            await reader.execute("SET LOCAL lock_timeout = '100ms'")
+            assert await reader.fetchval("SELECT count(*) FROM events WHERE id = $1", pending) == 1
+            await subs.rollback()
+    finally:
+        await holder.close()
+        await reader.close()
+    await pg_bus.prune(retention=DROP)  # whether the pass above got through or timed out
+    assert not await _exists(sql, old)
+    assert await sql.fetchval("SELECT tableoid::regclass::text FROM events WHERE id = $1", pending) == (
+        "events_kept"
+    )
+    await drain(pg_bus)
+    assert [d.status for d in (await pg_bus.trace(pending)).deliveries] == ["completed"]
 
 
 async def test_a_walk_batch_of_kept_events_reads_the_ring_once(pg_target) -> None:

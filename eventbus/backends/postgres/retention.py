@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -26,6 +27,12 @@ _BATCH_TRIES = 8
 
 _KEY_BATCH = 10_000
 """Events read per transaction of the walk that deletes a closed chunk's keys."""
+
+_LOG_LOCK_WAIT = "SET LOCAL lock_timeout = '50ms'"
+"""The longest a chunk drop's request for the log's parent queues claims and publishes behind it."""
+
+_LOG_LOCK_TRIES = 4
+"""Tries of a chunk drop's request for the log's parent before the chunk waits for the next pass."""
 
 CHUNK_FILL = 0.9
 """A chunk this full closes whatever its age, so a publish never runs out of ids in it."""
@@ -182,29 +189,25 @@ class PgRetention:
         dry_run: bool,
         overrides: Sequence[Override],
     ) -> ChunkPass:
-        """One chunk: its keys that go, in batches; then, in one short transaction, the drop.
+        """One chunk: its keys that go, in batches; then, in one transaction, the drop.
 
         Every claim of the database locks the log's parent and then each
         chunk (a generic plan of the claim's join locks every partition before
-        it prunes them), so the drop's transaction takes the parent first, in
-        the claims' order (see ``lock_event_log``), and reads no more than the
-        deliveries left in the chunk's range before it drops it.
+        it prunes them), so the drop takes the parent first, in the claims'
+        order (see ``lock_event_log``). It takes it last: the survivors are
+        read, their rows too, before, and only the DROP and their re-insert
+        run under it (see ``_read_survivors`` for why nothing read before can
+        be stale).
         """
         await self._touch_lock()
-
-        async def survivors(conn: Any, closed: Any) -> list[Any]:
-            return list(
-                await conn.fetch(
-                    self.q["chunk_survivors"], lo, hi, closed, dedup_seconds, dry_run, completed_seconds,
-                    dead_seconds, [o[0] for o in overrides], [o[1] for o in overrides],
-                    [o[2] for o in overrides], max_survivors + 1,
-                )
-            )  # fmt: skip
-
+        survivors = functools.partial(
+            self._survivors, lo, hi, closed_at, dedup_seconds, dry_run, completed_seconds,
+            dead_seconds, overrides, max_survivors,
+        )  # fmt: skip
         async with self.db.conn() as conn:
             # A chunk that is pinned now waits for a later pass (keeping it is always safe),
-            # told without taking the log's lock, which publishes and claims wait for.
-            if len(await survivors(conn, closed_at)) > max_survivors:
+            # told before the key walk, without the transaction's locks.
+            if len(await survivors(conn)) > max_survivors:
                 return ChunkPass(pinned=1)
         if not dry_run:
             await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
@@ -213,22 +216,75 @@ class PgRetention:
             try:
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                    await conn.execute(self.q["fence_event_log"])
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
                     # As for prune_batch: no event goes while a backfill is open.
                     if not await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel):
                         return ChunkPass(busy=1)
-                    await conn.execute(self.q["lock_event_log"])  # the parent first, as a claim
-                    chunk = await conn.fetchrow(self.q["lock_chunk"], name)
-                    if chunk is None:  # no longer a closed chunk
-                        return ChunkPass()
-                    rows = await survivors(conn, chunk["closed_at"])
+                    rows = await survivors(conn)
                     if len(rows) > max_survivors:
                         return ChunkPass(pinned=1)
                     if dry_run:
                         return ChunkPass(events=size - len(rows), chunks=1)
-                    kept = await conn.fetchval(self.q["drop_chunk"], name, [r["id"] for r in rows])
-                    return ChunkPass(events=size - kept, chunks=1)
+                    copy = await conn.fetchval(self.q["chunk_keep"], lo, hi, [r["id"] for r in rows])
+                    kept = [tuple(e) for e in copy or ()]  # a row type's array takes tuples
+                    if not await self._lock_log(conn):
+                        return ChunkPass(busy=1)
+                    if await conn.fetchrow(self.q["lock_chunk"], name) is None:  # no longer a closed chunk
+                        return ChunkPass()
+                    await conn.fetchval(self.q["drop_chunk"], name)
+                    await conn.execute(self.q["chunk_kept_back"], kept)
+                    return ChunkPass(events=size - len(kept), chunks=1)
             except _BUSY:  # a lock not granted within lock_timeout: next pass
                 return ChunkPass(busy=1)
+
+    async def _survivors(
+        self,
+        lo: int,
+        hi: int,
+        closed_at: Any,
+        dedup_seconds: float,
+        dry_run: bool,
+        completed_seconds: float,
+        dead_seconds: float | None,
+        overrides: Sequence[Override],
+        max_survivors: int,
+        conn: Any,
+    ) -> list[Any]:
+        """The events of a closed chunk that must outlive it (at most ``max_survivors`` + 1).
+
+        Read in the drop's transaction before the log's lock, they are still
+        every survivor when the lock is granted: the chunk gets no new event
+        (``fence_event_log`` ran before), and a delivery is inserted for an
+        existing event only by a backfill, which the transaction holds off
+        (``prune_backfill_guard``), or by the append-only ring moving one of
+        its unsettled deliveries to ``deliveries``, whose event was read as a
+        survivor already. Whatever changed meanwhile can only take a survivor
+        away (a delivery settled or deleted, a key's window over): its event
+        is kept one pass longer, in ``events_kept``, where the walk finds it.
+        """
+        return list(
+            await conn.fetch(
+                self.q["chunk_survivors"], lo, hi, closed_at, dedup_seconds, dry_run, completed_seconds,
+                dead_seconds, [o[0] for o in overrides], [o[1] for o in overrides],
+                [o[2] for o in overrides], max_survivors + 1,
+            )
+        )  # fmt: skip
+
+    async def _lock_log(self, conn: Any) -> bool:
+        """Take the log's parent (``lock_event_log``), waiting at most :data:`_LOG_LOCK_WAIT`
+        each try: claims and publishes queue behind a waiting request, so it gives up
+        soon and tries again after they went through. False: never granted."""
+        for attempt in range(_LOG_LOCK_TRIES):
+            try:
+                async with conn.transaction():  # a savepoint: a timed-out try leaves the rest
+                    await conn.execute(_LOG_LOCK_WAIT)
+                    await conn.execute(self.q["lock_event_log"])
+                    return True
+            except _BUSY:
+                await anyio.sleep(0.02 * (attempt + 1))
+        return False
 
     async def _forget_keys(self, lo: int, hi: int, dedup_seconds: float, batch: int) -> None:
         """Delete the keys of a closed chunk's events that will go with it, a batch per transaction."""
