@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from eventbus import Context, DeadLetter, RetryPolicy
+from eventbus.backends.postgres import retention as pg_retention
 from eventbus.retention import Retention
 from eventbus.types import DeliveryFilter
 
@@ -343,6 +344,56 @@ async def test_a_chunk_drop_reads_its_survivors_before_it_locks_the_log(pg_bus, 
     )
     await drain(pg_bus)
     assert [d.status for d in (await pg_bus.trace(pending)).deliveries] == ["completed"]
+
+
+async def test_a_chunk_with_many_survivors_is_compacted_in_place(pg_bus, sql, monkeypatch) -> None:
+    """More survivors than a drop re-inserts under the log's lock: the chunk's table is swapped
+    for a copy of them (made before the lock) when that frees at least half of it, and the
+    chunk waits otherwise; a later pass drops it once they are few."""
+    monkeypatch.setattr(pg_retention, "_MOVE_LIMIT", 3)
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await pg_bus.register()
+    pending = [
+        r.event_id for r in await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(4)])
+    ]
+    await pg_bus.publish_many([Shipped(order_id=str(i)) for i in range(10)])  # no delivery: they go
+    await pg_bus.prune(retention=ROTATE)
+    await pg_bus.publish_many([OrderPlaced(order_id=f"b{i}") for i in range(4)])
+    await pg_bus.publish(Shipped(order_id="b"))  # 4 of 5 stay: compacting frees too little
+    await pg_bus.prune(retention=ROTATE)
+    (a, a_lo, a_hi, _), (b, *_), *_ = await _chunks(sql)
+    done = await pg_bus.backend.retention.prune_chunks(
+        completed_seconds=0.0, dead_seconds=None, dedup_seconds=0.0, chunk_seconds=86400.0,
+        chunk_ids=100, max_survivors=100,
+    )  # fmt: skip
+    assert (done.events, done.pinned) == (10, 1)
+    assert (
+        await sql.fetchval(f"SELECT count(*) FROM {a}") == 4
+        and await sql.fetchval(f"SELECT count(*) FROM {b}") == 5
+    )
+    # The copy is the chunk now: a partition of the log with its bounds and the log's indexes.
+    assert (
+        await sql.fetchval(
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE c.oid = $1::regclass", a
+        )
+        == f"FOR VALUES FROM ('{a_lo}') TO ('{a_hi}')"
+    )
+    attached = await sql.fetchval(
+        "SELECT count(*) FROM pg_index x JOIN pg_inherits i ON i.inhrelid = x.indexrelid"
+        " WHERE x.indrelid = $1::regclass",
+        a,
+    )
+    assert attached == await sql.fetchval("SELECT count(*) FROM pg_index WHERE indrelid = 'events'::regclass")
+    assert [r["id"] for r in await sql.fetch(f"SELECT id FROM {a} ORDER BY id")] == pending
+    await drain(pg_bus)
+    assert {d.status for i in pending for d in (await pg_bus.trace(i)).deliveries} == {"completed"}
+    await pg_bus.prune(retention=DROP)  # their deliveries go, then the chunk: none of it stays
+    assert not await _exists(sql, a) and not await _exists(sql, b)
+    assert await sql.fetchval("SELECT count(*) FROM events") == 0
 
 
 async def test_a_walk_batch_of_kept_events_reads_the_ring_once(pg_target) -> None:

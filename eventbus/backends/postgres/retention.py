@@ -34,8 +34,21 @@ _LOG_LOCK_WAIT = "SET LOCAL lock_timeout = '50ms'"
 _LOG_LOCK_TRIES = 4
 """Tries of a chunk drop's request for the log's parent before the chunk waits for the next pass."""
 
+_MOVE_LIMIT = 1000
+"""Survivors a chunk's drop re-inserts (in events_kept) while it holds the log, which every
+claim and publish waits for; a chunk with more is compacted (see ``compact_event_chunk``)."""
+
 CHUNK_FILL = 0.9
 """A chunk this full closes whatever its age, so a publish never runs out of ids in it."""
+
+
+def _pinned(survivors: int, max_survivors: int, size: int | None) -> bool:
+    """Whether a closed chunk with this many survivors (of ``size`` events) waits for a later
+    pass: more than a pass moves, or too many to move under the log's lock and a compaction
+    would free less than half of it (``size`` None: not known yet)."""
+    if survivors > max_survivors:
+        return True
+    return size is not None and survivors > _MOVE_LIMIT and 2 * survivors > size
 
 
 class PgRetention:
@@ -194,10 +207,11 @@ class PgRetention:
         Every claim of the database locks the log's parent and then each
         chunk (a generic plan of the claim's join locks every partition before
         it prunes them), so the drop takes the parent first, in the claims'
-        order (see ``lock_event_log``). It takes it last: the survivors are
-        read, their rows too, before, and only the DROP and their re-insert
-        run under it (see ``_read_survivors`` for why nothing read before can
-        be stale).
+        order (see ``lock_event_log``). It takes it last, for catalog work and
+        at most :data:`_MOVE_LIMIT` rows: the survivors are read, and copied,
+        before (see ``_survivors`` for why nothing read before can be stale).
+        A chunk with more survivors is compacted (``compact_event_chunk``)
+        when that frees at least half of it, else it waits like a pinned one.
         """
         await self._touch_lock()
         survivors = functools.partial(
@@ -207,37 +221,57 @@ class PgRetention:
         async with self.db.conn() as conn:
             # A chunk that is pinned now waits for a later pass (keeping it is always safe),
             # told before the key walk, without the transaction's locks.
-            if len(await survivors(conn)) > max_survivors:
+            if _pinned(count := len(await survivors(conn)), max_survivors, size=None):
+                return ChunkPass(pinned=1)
+            try:  # no event arrives in the chunk from here (before its keys are walked)
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                    await conn.execute(self.q["fence_event_log"])
+            except _BUSY:
+                return ChunkPass(busy=1)
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
+            if _pinned(count, max_survivors, size):  # (the transaction reads them again)
                 return ChunkPass(pinned=1)
         if not dry_run:
             await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
         async with self.db.conn() as conn:
-            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
             try:
-                async with conn.transaction():
-                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
-                    await conn.execute(self.q["fence_event_log"])
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '200ms'")
                     # As for prune_batch: no event goes while a backfill is open.
                     if not await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel):
                         return ChunkPass(busy=1)
-                    rows = await survivors(conn)
-                    if len(rows) > max_survivors:
+                    ids = [r["id"] for r in await survivors(conn)]
+                    if _pinned(len(ids), max_survivors, size):
                         return ChunkPass(pinned=1)
                     if dry_run:
-                        return ChunkPass(events=size - len(rows), chunks=1)
-                    copy = await conn.fetchval(self.q["chunk_keep"], lo, hi, [r["id"] for r in rows])
-                    kept = [tuple(e) for e in copy or ()]  # a row type's array takes tuples
-                    if not await self._lock_log(conn):
-                        return ChunkPass(busy=1)
-                    if await conn.fetchrow(self.q["lock_chunk"], name) is None:  # no longer a closed chunk
-                        return ChunkPass()
-                    await conn.fetchval(self.q["drop_chunk"], name)
-                    await conn.execute(self.q["chunk_kept_back"], kept)
-                    return ChunkPass(events=size - len(kept), chunks=1)
+                        return ChunkPass(events=size - len(ids), chunks=int(len(ids) <= _MOVE_LIMIT))
+                    return await self._drop_locked(conn, name, lo, hi, size, ids)
             except _BUSY:  # a lock not granted within lock_timeout: next pass
                 return ChunkPass(busy=1)
+
+    async def _drop_locked(
+        self, conn: Any, name: str, lo: int, hi: int, size: int, ids: list[int]
+    ) -> ChunkPass:
+        """The drop's end, in its transaction: the survivors ``ids`` copied, then, under the
+        log's lock, the chunk dropped and the copy put back in events_kept (a few survivors)
+        or the chunk swapped for the copy (more: ``compact_event_chunk``)."""
+        compact = len(ids) > _MOVE_LIMIT
+        if compact:
+            await conn.fetchval(self.q["compact_chunk"], name, ids)
+        else:
+            copy = await conn.fetchval(self.q["chunk_keep"], lo, hi, ids)
+            kept = [tuple(e) for e in copy or ()]  # a row type's array takes tuples
+        if not await self._lock_log(conn):
+            return ChunkPass(busy=1)
+        if await conn.fetchrow(self.q["lock_chunk"], name) is None:  # no longer a closed chunk
+            return ChunkPass()
+        if compact:
+            await conn.execute(self.q["swap_chunk"], name)
+            return ChunkPass(events=size - len(ids))
+        await conn.fetchval(self.q["drop_chunk"], name)
+        await conn.execute(self.q["chunk_kept_back"], kept)
+        return ChunkPass(events=size - len(kept), chunks=1)
 
     async def _survivors(
         self,

@@ -224,6 +224,15 @@ SELECT {schema}.drop_event_chunk($1, ARRAY[]::bigint[]);
 -- the default partition, now that their chunk is gone) under their own ids.
 INSERT INTO {schema}.events SELECT (k).* FROM unnest($1::{schema}.events[]) AS k;
 
+-- name: compact_chunk
+-- Copy the survivors $2 of the closed chunk $1 into the table that will take
+-- its place (see compact_event_chunk), before the log's lock; the number copied.
+SELECT {schema}.compact_event_chunk($1, $2::bigint[]);
+
+-- name: swap_chunk
+-- The locked chunk $1 goes, its compacted copy takes its place (see swap_event_chunk).
+SELECT {schema}.swap_event_chunk($1);
+
 -- name: prune_record
 INSERT INTO {schema}.maintenance (name, ran_at, report) VALUES ('prune', now(), $1::jsonb)
 ON CONFLICT (name) DO UPDATE SET ran_at = now(), report = EXCLUDED.report;
