@@ -223,15 +223,16 @@ class PgRetention:
             # told before the key walk, without the transaction's locks.
             if _pinned(count := len(await survivors(conn)), max_survivors, size=None):
                 return ChunkPass(pinned=1)
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
+            if _pinned(count, max_survivors, size):
+                return ChunkPass(pinned=1)
             try:  # no event arrives in the chunk from here (before its keys are walked)
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '200ms'")
                     await conn.execute(self.q["fence_event_log"])
             except _BUSY:
                 return ChunkPass(busy=1)
-            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
-            if _pinned(count, max_survivors, size):  # (the transaction reads them again)
-                return ChunkPass(pinned=1)
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)  # with any event that was late
         if not dry_run:
             await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
         async with self.db.conn() as conn:
