@@ -370,7 +370,7 @@ async def test_a_chunk_with_many_survivors_is_compacted_in_place(pg_bus, sql, mo
         completed_seconds=0.0, dead_seconds=None, dedup_seconds=0.0, chunk_seconds=86400.0,
         chunk_ids=100, max_survivors=100,
     )  # fmt: skip
-    assert (done.events, done.pinned) == (10, 1)
+    assert (done.events, done.pinned, done.compacted) == (10, 1, 1)
     assert (
         await sql.fetchval(f"SELECT count(*) FROM {a}") == 4
         and await sql.fetchval(f"SELECT count(*) FROM {b}") == 5

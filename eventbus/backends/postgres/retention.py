@@ -186,6 +186,7 @@ class PgRetention:
             done = ChunkPass(
                 events=done.events + one.events, chunks=done.chunks + one.chunks,
                 pinned=done.pinned + one.pinned, busy=done.busy + one.busy,
+                compacted=done.compacted + one.compacted,
             )  # fmt: skip
         return done
 
@@ -246,7 +247,8 @@ class PgRetention:
                     if _pinned(len(ids), max_survivors, size):
                         return ChunkPass(pinned=1)
                     if dry_run:
-                        return ChunkPass(events=size - len(ids), chunks=int(len(ids) <= _MOVE_LIMIT))
+                        moved = len(ids) <= _MOVE_LIMIT  # else compacted
+                        return ChunkPass(events=size - len(ids), chunks=int(moved), compacted=int(not moved))
                     return await self._drop_locked(conn, name, lo, hi, size, ids)
             except _BUSY:  # a lock not granted within lock_timeout: next pass
                 return ChunkPass(busy=1)
@@ -269,7 +271,7 @@ class PgRetention:
             return ChunkPass()
         if compact:
             await conn.execute(self.q["swap_chunk"], name)
-            return ChunkPass(events=size - len(ids))
+            return ChunkPass(events=size - len(ids), compacted=1)
         await conn.fetchval(self.q["drop_chunk"], name)
         await conn.execute(self.q["chunk_kept_back"], kept)
         return ChunkPass(events=size - len(kept), chunks=1)
