@@ -358,7 +358,7 @@ async def test_a_chunk_with_many_survivors_is_compacted_in_place(pg_bus, sql, mo
 
     await pg_bus.register()
     pending = [
-        r.event_id for r in await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(4)])
+        r.event_id for r in await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(8)])
     ]
     await pg_bus.publish_many([Shipped(order_id=str(i)) for i in range(10)])  # no delivery: they go
     await pg_bus.prune(retention=ROTATE)
@@ -366,15 +366,21 @@ async def test_a_chunk_with_many_survivors_is_compacted_in_place(pg_bus, sql, mo
     await pg_bus.publish(Shipped(order_id="b"))  # 4 of 5 stay: compacting frees too little
     await pg_bus.prune(retention=ROTATE)
     (a, a_lo, a_hi, _), (b, *_), *_ = await _chunks(sql)
-    done = await pg_bus.backend.retention.prune_chunks(
-        completed_seconds=0.0, dead_seconds=None, dedup_seconds=0.0, chunk_seconds=86400.0,
-        chunk_ids=100, max_survivors=100,
+    prune = functools.partial(
+        pg_bus.backend.retention.prune_chunks, completed_seconds=0.0, dead_seconds=None,
+        dedup_seconds=0.0, chunk_seconds=86400.0, chunk_ids=100, max_survivors=100,
     )  # fmt: skip
+    done = await prune()
     assert (done.events, done.pinned, done.compacted) == (10, 1, 1)
     assert (
-        await sql.fetchval(f"SELECT count(*) FROM {a}") == 4
+        await sql.fetchval(f"SELECT count(*) FROM {a}") == 8
         and await sql.fetchval(f"SELECT count(*) FROM {b}") == 5
     )
+    # Half of them lose their deliveries: the compacted chunk is compacted again.
+    await sql.execute("DELETE FROM deliveries WHERE event_id = ANY($1::bigint[])", pending[:4])
+    pending = pending[4:]
+    done = await prune()
+    assert (done.events, done.pinned, done.compacted) == (4, 1, 1)
     # The copy is the chunk now: a partition of the log with its bounds and the log's indexes.
     assert (
         await sql.fetchval(
