@@ -402,6 +402,41 @@ async def test_a_chunk_with_many_survivors_is_compacted_in_place(pg_bus, sql, mo
     assert await sql.fetchval("SELECT count(*) FROM events") == 0
 
 
+async def test_a_compaction_refused_the_log_leaves_no_copy_behind(
+    pg_bus, pg_target, sql, monkeypatch
+) -> None:
+    """A compaction copies the survivors before it asks for the log's lock; a pass that never
+    gets the lock (a reader holds the log throughout) rolls the copy back with it, and the
+    next pass compacts the chunk (a copy left behind made every later pass fail)."""
+    monkeypatch.setattr(pg_retention, "_MOVE_LIMIT", 1)
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await pg_bus.register()
+    await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2)])
+    await pg_bus.publish_many([Shipped(order_id=str(i)) for i in range(4)])
+    await pg_bus.prune(retention=ROTATE)
+    a = (await _chunks(sql))[0][0]
+    prune = functools.partial(
+        pg_bus.backend.retention.prune_chunks, completed_seconds=0.0, dead_seconds=None,
+        dedup_seconds=0.0, chunk_seconds=86400.0, chunk_ids=100, max_survivors=100,
+    )  # fmt: skip
+    reader = await asyncpg.connect(pg_target.dsn)
+    try:
+        async with reader.transaction():
+            await reader.execute(f'LOCK TABLE ONLY "{pg_target.schema}".events IN ACCESS SHARE MODE')
+            refused = await prune()
+    finally:
+        await reader.close()
+    assert (refused.busy, refused.compacted) == (1, 0)
+    assert not await _exists(sql, f"{a}_next") and await sql.fetchval(f"SELECT count(*) FROM {a}") == 6
+    done = await prune()
+    assert (done.events, done.compacted) == (4, 1)
+    assert await sql.fetchval(f"SELECT count(*) FROM {a}") == 2
+
+
 async def test_a_walk_batch_of_kept_events_reads_the_ring_once(pg_target) -> None:
     """Events that outlived their chunk (events_kept) while deliveries of theirs were in the
     append-only ring: a retention batch over them reads the ring once, not once per event

@@ -42,6 +42,10 @@ CHUNK_FILL = 0.9
 """A chunk this full closes whatever its age, so a publish never runs out of ids in it."""
 
 
+class _Gone(Exception):
+    """The chunk being dropped is no longer a closed chunk (its drop's transaction rolls back)."""
+
+
 def _pinned(survivors: int, max_survivors: int, size: int | None) -> bool:
     """Whether a closed chunk with this many survivors (of ``size`` events) waits for a later
     pass: more than a pass moves, or too many to move under the log's lock and a compaction
@@ -252,6 +256,8 @@ class PgRetention:
                     return await self._drop_locked(conn, name, lo, hi, size, ids)
             except _BUSY:  # a lock not granted within lock_timeout: next pass
                 return ChunkPass(busy=1)
+            except _Gone:
+                return ChunkPass()
 
     async def _drop_locked(
         self, conn: Any, name: str, lo: int, hi: int, size: int, ids: list[int]
@@ -265,10 +271,9 @@ class PgRetention:
         else:
             copy = await conn.fetchval(self.q["chunk_keep"], lo, hi, ids)
             kept = [tuple(e) for e in copy or ()]  # a row type's array takes tuples
-        if not await self._lock_log(conn):
-            return ChunkPass(busy=1)
+        await self._lock_log(conn)
         if await conn.fetchrow(self.q["lock_chunk"], name) is None:  # no longer a closed chunk
-            return ChunkPass()
+            raise _Gone  # (and the transaction, with its copy, rolls back)
         if compact:
             await conn.execute(self.q["swap_chunk"], name)
             return ChunkPass(events=size - len(ids), compacted=1)
@@ -299,7 +304,8 @@ class PgRetention:
         its unsettled deliveries to ``deliveries``, whose event was read as a
         survivor already. Whatever changed meanwhile can only take a survivor
         away (a delivery settled or deleted, a key's window over): its event
-        is kept one pass longer, in ``events_kept``, where the walk finds it.
+        is kept longer, in ``events_kept`` where the walk finds it, or in the
+        compacted chunk until its next pass.
         """
         return list(
             await conn.fetch(
@@ -309,19 +315,21 @@ class PgRetention:
             )
         )  # fmt: skip
 
-    async def _lock_log(self, conn: Any) -> bool:
+    async def _lock_log(self, conn: Any) -> None:
         """Take the log's parent (``lock_event_log``), waiting at most :data:`_LOG_LOCK_WAIT`
         each try: claims and publishes queue behind a waiting request, so it gives up
-        soon and tries again after they went through. False: never granted."""
+        soon and tries again after they went through. The last try's error propagates
+        (the transaction rolls back, a compaction's copy with it)."""
         for attempt in range(_LOG_LOCK_TRIES):
             try:
                 async with conn.transaction():  # a savepoint: a timed-out try leaves the rest
                     await conn.execute(_LOG_LOCK_WAIT)
                     await conn.execute(self.q["lock_event_log"])
-                    return True
+                    return
             except _BUSY:
+                if attempt == _LOG_LOCK_TRIES - 1:
+                    raise
                 await anyio.sleep(0.02 * (attempt + 1))
-        return False
 
     async def _forget_keys(self, lo: int, hi: int, dedup_seconds: float, batch: int) -> None:
         """Delete the keys of a closed chunk's events that will go with it, a batch per transaction."""
