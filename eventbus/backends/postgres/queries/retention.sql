@@ -119,7 +119,7 @@ ORDER BY lo;
 
 -- name: fence_event_log
 -- Wait, in a transaction of its own, for every publish in flight to end,
--- before a closed chunk's survivors are read: a publish draws its event's id
+-- before a closed chunk's keys are walked and its survivors read: a publish draws its event's id
 -- in the statement that inserts it, which holds the log's parent (ROW
 -- EXCLUSIVE) from before the id is drawn to its commit, so once this is
 -- granted no event can still arrive in a chunk that closed before. SHARE
@@ -130,14 +130,15 @@ LOCK TABLE ONLY {schema}.events IN SHARE MODE;
 
 -- name: lock_event_log
 -- The event log's parent, for a chunk's drop, after its survivors are read
--- and copied (see chunk_keep) and before the chunk is locked: every
+-- and copied (chunk_keep, compact_chunk) and before the chunk is locked: every
 -- statement that reads the log (a claim's join) locks the parent first and
 -- then each chunk, and the drop's DROP TABLE needs the parent too. Taken in
 -- the other order, a claim holding the parent and waiting for the chunk and
 -- the drop holding the chunk and waiting for the parent wait for each other
 -- until the drop's lock_timeout ends it (the drop then never gets through a
 -- steady load). Every claim and publish waits while this is held or queued:
--- only the DROP and the survivors' re-insert run under it.
+-- only the DROP and the survivors' re-insert (at most a thousand), or a
+-- compacted chunk's swap (swap_event_chunk), run under it.
 LOCK TABLE ONLY {schema}.events IN ACCESS EXCLUSIVE MODE;
 
 -- name: lock_chunk
