@@ -34,8 +34,8 @@ phase, the longest wait of a claim statement and of any statement, with the
 blocker. A wait shorter than the sampling period may be missed; a wait's
 length is known to within one period. Also per phase: slots pruned (each a
 TRUNCATE of two partitions) and prunes that gave up on their lock timeout
-(``RingStats``), retention passes, event chunks and outcome-log days dropped,
-completed deliveries per second, and the load average.
+(``RingStats``), retention passes, event chunks dropped and compacted,
+outcome-log days dropped, completed deliveries per second, and the load average.
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ class Phases:
         self.passes: dict[str, list[float]] = {"without": [], "with": []}
         self.events_dropped = {"without": 0, "with": 0}
         self.chunks_dropped = {"without": 0, "with": 0}
+        self.chunks_compacted = {"without": 0, "with": 0}
         self.days_dropped = {"without": 0, "with": 0}
         self.load1: list[float] = []
 
@@ -290,6 +291,7 @@ class Case:
         else:
             phases.passes["with"].append(round(time.perf_counter() - t0, 2))
             phases.chunks_dropped["with"] += report.event_chunks
+            phases.chunks_compacted["with"] += report.event_chunks_compacted
             phases.events_dropped["with"] += report.events
         if self.append_only:
             phases.days_dropped["with"] += days - await _day_count(side)
@@ -331,6 +333,7 @@ def _report(append_only: bool, phases: Phases) -> dict[str, Any]:
             "retention_passes_cut": len([p for p in phases.passes[phase] if p < 0]),
             "retention_pass_seconds": phases.passes[phase],
             "event_chunks_dropped": phases.chunks_dropped[phase],
+            "event_chunks_compacted": phases.chunks_compacted[phase],
             "events_pruned": phases.events_dropped[phase],
             "outcome_log_days_dropped": phases.days_dropped[phase],
         }

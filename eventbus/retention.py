@@ -15,7 +15,8 @@ in its own short transaction:
   and events go a chunk at a time, by dropping the chunk's table: when it
   closed ``completed_retention`` ago, the few events of it that must stay
   (at most ``batch_size * max_batches``) move out under their ids and the
-  rest go with the table; a chunk with more waits. Event ids keep increasing but jump at the
+  rest go with the table (when more than a thousand stay, the chunk's table
+  is first swapped for a copy of them); a chunk with more waits. Event ids keep increasing but jump at the
   start of each chunk;
 - a schedule occurrence (fired or skipped) once its time is
   ``occurrence_retention`` past; requested and buffered ones wait to fire
@@ -133,6 +134,9 @@ class PruneReport(msgspec.Struct):
     events: int = 0
     event_chunks: int = 0
     """Chunks of the event log dropped (PostgreSQL), their events counted in ``events``."""
+    event_chunks_compacted: int = 0
+    """Chunks of the event log compacted in place (PostgreSQL: many of their events must stay),
+    the events that went counted in ``events``."""
     occurrences: int = 0
     """Schedule occurrences."""
     workflows: int = 0
@@ -267,6 +271,7 @@ class Pruner:
             )
         report.events += done.events
         report.event_chunks += done.chunks
+        report.event_chunks_compacted += done.compacted
 
     async def _walk_table(
         self,

@@ -11,10 +11,11 @@ import asyncpg
 import pytest
 
 from eventbus import Context, DeadLetter, RetryPolicy
+from eventbus.backends.postgres import retention as pg_retention
 from eventbus.retention import Retention
 from eventbus.types import DeliveryFilter
 
-from ..support.helpers import OrderPlaced, drain
+from ..support.helpers import OrderPlaced, Shipped, drain
 from ..support.plans import migrated, partitions_read, scans, subscription
 
 KEEP = timedelta(days=1)
@@ -277,6 +278,163 @@ async def test_a_chunk_drop_takes_the_log_before_the_chunk_as_a_claim_does(pg_bu
         await reader.close()
     await pg_bus.prune(retention=DROP)
     assert not await _exists(sql, old)
+
+
+async def test_a_chunk_drop_reads_its_survivors_before_it_locks_the_log(pg_bus, pg_target, sql) -> None:
+    """A chunk drop holds the log's parent, which every claim and publish waits for, for the DROP
+    and the survivors' re-insert only: the survivors are read and copied before it. Here their
+    read is held up by a transaction holding subscriptions (the read joins it); the drop then
+    holds no lock of the log a reader waits for, and a read of the log (a claim's join) goes
+    through. It held the parent through that read, and every claim waited."""
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await pg_bus.register()
+    pending = (await pg_bus.publish(OrderPlaced(order_id="pending"))).event_id  # a survivor
+    await pg_bus.publish(Shipped(order_id="k"), key="k")  # no delivery: it goes, its key first
+    await pg_bus.prune(retention=ROTATE)
+    old = (await _chunks(sql))[0][0]
+    holder = await asyncpg.connect(pg_target.dsn)
+    reader = await asyncpg.connect(pg_target.dsn)
+    try:
+        for conn in (holder, reader):
+            await conn.execute(f'SET search_path = "{pg_target.schema}"')
+        keys = holder.transaction()
+        await keys.start()  # holds the key, so the pass stops in its key walk, past the pinned check
+        await holder.execute("SELECT 1 FROM event_keys WHERE key = 'k' FOR UPDATE")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(functools.partial(
+                pg_bus.backend.retention.prune_chunks, completed_seconds=0.0, dead_seconds=None,
+                dedup_seconds=0.0, chunk_seconds=86400.0, chunk_ids=100, max_survivors=10,
+            ))  # fmt: skip
+            with anyio.fail_after(10):
+                while not await sql.fetchval(
+                    "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'transactionid'"
+                    " AND NOT granted AND pid <> $1)",
+                    holder.get_server_pid(),
+                ):
+                    await anyio.sleep(0.01)
+            subs = reader.transaction()
+            await subs.start()
+            await reader.execute("LOCK TABLE subscriptions IN ACCESS EXCLUSIVE MODE")
+            await keys.rollback()
+            # The survivors' read waits for subscriptions (at most the drop's lock_timeout, 200 ms).
+            with anyio.fail_after(10):
+                while (
+                    held := await sql.fetchrow(
+                        "SELECT w.pid, EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = w.pid AND l.granted"
+                        "   AND l.relation = 'events'::regclass AND l.mode <> 'AccessShareLock') AS log"
+                        " FROM pg_locks w WHERE w.relation = 'subscriptions'::regclass AND NOT w.granted"
+                    )
+                ) is None:
+                    await anyio.sleep(0.005)
+            assert not held["log"], "the drop holds the event log while it reads its survivors"
+            await reader.execute("SET LOCAL lock_timeout = '100ms'")
+            assert await reader.fetchval("SELECT count(*) FROM events WHERE id = $1", pending) == 1
+            await subs.rollback()
+    finally:
+        await holder.close()
+        await reader.close()
+    await pg_bus.prune(retention=DROP)  # whether the pass above got through or timed out
+    assert not await _exists(sql, old)
+    assert await sql.fetchval("SELECT tableoid::regclass::text FROM events WHERE id = $1", pending) == (
+        "events_kept"
+    )
+    await drain(pg_bus)
+    assert [d.status for d in (await pg_bus.trace(pending)).deliveries] == ["completed"]
+
+
+async def test_a_chunk_with_many_survivors_is_compacted_in_place(pg_bus, sql, monkeypatch) -> None:
+    """More survivors than a drop re-inserts under the log's lock: the chunk's table is swapped
+    for a copy of them (made before the lock) when that frees at least half of it, and the
+    chunk waits otherwise; a later pass drops it once they are few."""
+    monkeypatch.setattr(pg_retention, "_MOVE_LIMIT", 3)
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await pg_bus.register()
+    pending = [
+        r.event_id for r in await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(8)])
+    ]
+    await pg_bus.publish_many([Shipped(order_id=str(i)) for i in range(10)])  # no delivery: they go
+    await pg_bus.prune(retention=ROTATE)
+    await pg_bus.publish_many([OrderPlaced(order_id=f"b{i}") for i in range(4)])
+    await pg_bus.publish(Shipped(order_id="b"))  # 4 of 5 stay: compacting frees too little
+    await pg_bus.prune(retention=ROTATE)
+    (a, a_lo, a_hi, _), (b, *_), *_ = await _chunks(sql)
+    prune = functools.partial(
+        pg_bus.backend.retention.prune_chunks, completed_seconds=0.0, dead_seconds=None,
+        dedup_seconds=0.0, chunk_seconds=86400.0, chunk_ids=100, max_survivors=100,
+    )  # fmt: skip
+    done = await prune()
+    assert (done.events, done.pinned, done.compacted) == (10, 1, 1)
+    assert (
+        await sql.fetchval(f"SELECT count(*) FROM {a}") == 8
+        and await sql.fetchval(f"SELECT count(*) FROM {b}") == 5
+    )
+    # Half of them lose their deliveries: the compacted chunk is compacted again.
+    await sql.execute("DELETE FROM deliveries WHERE event_id = ANY($1::bigint[])", pending[:4])
+    pending = pending[4:]
+    done = await prune()
+    assert (done.events, done.pinned, done.compacted) == (4, 1, 1)
+    # The copy is the chunk now: a partition of the log with its bounds and the log's indexes.
+    assert (
+        await sql.fetchval(
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE c.oid = $1::regclass", a
+        )
+        == f"FOR VALUES FROM ('{a_lo}') TO ('{a_hi}')"
+    )
+    attached = await sql.fetchval(
+        "SELECT count(*) FROM pg_index x JOIN pg_inherits i ON i.inhrelid = x.indexrelid"
+        " WHERE x.indrelid = $1::regclass",
+        a,
+    )
+    assert attached == await sql.fetchval("SELECT count(*) FROM pg_index WHERE indrelid = 'events'::regclass")
+    assert [r["id"] for r in await sql.fetch(f"SELECT id FROM {a} ORDER BY id")] == pending
+    await drain(pg_bus)
+    assert {d.status for i in pending for d in (await pg_bus.trace(i)).deliveries} == {"completed"}
+    await pg_bus.prune(retention=DROP)  # their deliveries go, then the chunk: none of it stays
+    assert not await _exists(sql, a) and not await _exists(sql, b)
+    assert await sql.fetchval("SELECT count(*) FROM events") == 0
+
+
+async def test_a_compaction_refused_the_log_leaves_no_copy_behind(
+    pg_bus, pg_target, sql, monkeypatch
+) -> None:
+    """A compaction copies the survivors before it asks for the log's lock; a pass that never
+    gets the lock (a reader holds the log throughout) rolls the copy back with it, and the
+    next pass compacts the chunk (a copy left behind made every later pass fail)."""
+    monkeypatch.setattr(pg_retention, "_MOVE_LIMIT", 1)
+
+    @pg_bus.subscribe(OrderPlaced, name="h")
+    async def h(event: OrderPlaced, ctx: Context) -> None:
+        pass
+
+    await pg_bus.register()
+    await pg_bus.publish_many([OrderPlaced(order_id=str(i)) for i in range(2)])
+    await pg_bus.publish_many([Shipped(order_id=str(i)) for i in range(4)])
+    await pg_bus.prune(retention=ROTATE)
+    a = (await _chunks(sql))[0][0]
+    prune = functools.partial(
+        pg_bus.backend.retention.prune_chunks, completed_seconds=0.0, dead_seconds=None,
+        dedup_seconds=0.0, chunk_seconds=86400.0, chunk_ids=100, max_survivors=100,
+    )  # fmt: skip
+    reader = await asyncpg.connect(pg_target.dsn)
+    try:
+        async with reader.transaction():
+            await reader.execute(f'LOCK TABLE ONLY "{pg_target.schema}".events IN ACCESS SHARE MODE')
+            refused = await prune()
+    finally:
+        await reader.close()
+    assert (refused.busy, refused.compacted) == (1, 0)
+    assert not await _exists(sql, f"{a}_next") and await sql.fetchval(f"SELECT count(*) FROM {a}") == 6
+    done = await prune()
+    assert (done.events, done.compacted) == (4, 1)
+    assert await sql.fetchval(f"SELECT count(*) FROM {a}") == 2
 
 
 async def test_a_walk_batch_of_kept_events_reads_the_ring_once(pg_target) -> None:

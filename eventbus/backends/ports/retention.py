@@ -70,13 +70,16 @@ class ChunkPass(msgspec.Struct, frozen=True):
     """What one pass over the chunks of the event log did (PostgreSQL; nothing on SQLite)."""
 
     events: int = 0
-    """Events that went with their chunks (those kept are not counted)."""
+    """Events that went with their chunks, dropped or compacted (those kept are not counted)."""
     chunks: int = 0
     """Chunks dropped (or, on a dry run, that would be)."""
     pinned: int = 0
-    """Chunks past retention kept whole: more events of theirs must stay than a pass moves."""
+    """Chunks past retention kept whole: more events of theirs must stay than a pass moves (or
+    than a drop moves under its lock, and compacting would free less than half of the chunk)."""
     busy: int = 0
     """Chunks whose lock was not granted at once: tried again next pass."""
+    compacted: int = 0
+    """Chunks compacted in place (their events that go counted in ``events``), dropped later."""
 
 
 class RetentionStore(Protocol):
@@ -151,10 +154,13 @@ class RetentionStore(Protocol):
         ``completed_seconds`` (None: never) whose events must nearly all go
         (by the guarantees above): the few that stay, at most
         ``max_survivors``, outlive the chunk under their ids, and a chunk with
-        more is kept. A lock not granted at once leaves a chunk to the next
-        pass. The open chunk closes when due on a dry run too (closing
-        deletes nothing). A backend whose log has no chunks (SQLite) deletes
-        its events in :meth:`prune_batch` and does nothing here.
+        more is kept. A backend may compact a chunk instead (its table
+        replaced by one holding only the events that stay; the others counted
+        in ``events``, the chunk in ``compacted``) and drop it at a later pass. A
+        lock not granted at once leaves a chunk to the next pass. The open
+        chunk closes when due on a dry run too (closing deletes nothing). A
+        backend whose log has no chunks (SQLite) deletes its events in
+        :meth:`prune_batch` and does nothing here.
         """
         ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -27,8 +28,31 @@ _BATCH_TRIES = 8
 _KEY_BATCH = 10_000
 """Events read per transaction of the walk that deletes a closed chunk's keys."""
 
+_LOG_LOCK_WAIT = "SET LOCAL lock_timeout = '50ms'"
+"""The longest a chunk drop's request for the log's parent queues claims and publishes behind it."""
+
+_LOG_LOCK_TRIES = 4
+"""Tries of a chunk drop's request for the log's parent before the chunk waits for the next pass."""
+
+_MOVE_LIMIT = 1000
+"""Survivors a chunk's drop re-inserts (in events_kept) while it holds the log, which every
+claim and publish waits for; a chunk with more is compacted (see ``compact_event_chunk``)."""
+
 CHUNK_FILL = 0.9
 """A chunk this full closes whatever its age, so a publish never runs out of ids in it."""
+
+
+class _Gone(Exception):
+    """The chunk being dropped is no longer a closed chunk (its drop's transaction rolls back)."""
+
+
+def _pinned(survivors: int, max_survivors: int, size: int | None) -> bool:
+    """Whether a closed chunk with this many survivors (of ``size`` events) waits for a later
+    pass: more than a pass moves, or too many to move under the log's lock and a compaction
+    would free less than half of it (``size`` None: not known yet)."""
+    if survivors > max_survivors:
+        return True
+    return size is not None and survivors > _MOVE_LIMIT and 2 * survivors > size
 
 
 class PgRetention:
@@ -166,6 +190,7 @@ class PgRetention:
             done = ChunkPass(
                 events=done.events + one.events, chunks=done.chunks + one.chunks,
                 pinned=done.pinned + one.pinned, busy=done.busy + one.busy,
+                compacted=done.compacted + one.compacted,
             )  # fmt: skip
         return done
 
@@ -182,53 +207,129 @@ class PgRetention:
         dry_run: bool,
         overrides: Sequence[Override],
     ) -> ChunkPass:
-        """One chunk: its keys that go, in batches; then, in one short transaction, the drop.
+        """One chunk: its keys that go, in batches; then, in one transaction, the drop.
 
         Every claim of the database locks the log's parent and then each
         chunk (a generic plan of the claim's join locks every partition before
-        it prunes them), so the drop's transaction takes the parent first, in
-        the claims' order (see ``lock_event_log``), and reads no more than the
-        deliveries left in the chunk's range before it drops it.
+        it prunes them), so the drop takes the parent first, in the claims'
+        order (see ``lock_event_log``). It takes it last, for catalog work and
+        at most :data:`_MOVE_LIMIT` rows: the survivors are read, and copied,
+        before (see ``_survivors`` for why nothing read before can be stale).
+        A chunk with more survivors is compacted (``compact_event_chunk``)
+        when that frees at least half of it, else it waits like a pinned one.
         """
         await self._touch_lock()
-
-        async def survivors(conn: Any, closed: Any) -> list[Any]:
-            return list(
-                await conn.fetch(
-                    self.q["chunk_survivors"], lo, hi, closed, dedup_seconds, dry_run, completed_seconds,
-                    dead_seconds, [o[0] for o in overrides], [o[1] for o in overrides],
-                    [o[2] for o in overrides], max_survivors + 1,
-                )
-            )  # fmt: skip
-
+        survivors = functools.partial(
+            self._survivors, lo, hi, closed_at, dedup_seconds, dry_run, completed_seconds,
+            dead_seconds, overrides, max_survivors,
+        )  # fmt: skip
         async with self.db.conn() as conn:
             # A chunk that is pinned now waits for a later pass (keeping it is always safe),
-            # told without taking the log's lock, which publishes and claims wait for.
-            if len(await survivors(conn, closed_at)) > max_survivors:
+            # told before the key walk, without the transaction's locks.
+            if _pinned(count := len(await survivors(conn)), max_survivors, size=None):
                 return ChunkPass(pinned=1)
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
+            if _pinned(count, max_survivors, size):
+                return ChunkPass(pinned=1)
+            try:  # no event arrives in the chunk from here (before its keys are walked)
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL lock_timeout = '200ms'")
+                    await conn.execute(self.q["fence_event_log"])
+            except _BUSY:
+                return ChunkPass(busy=1)
+            size = await conn.fetchval(self.q["chunk_size"], lo, hi)  # with any event that was late
         if not dry_run:
             await self._forget_keys(lo, hi, dedup_seconds, min(max_survivors, _KEY_BATCH))
         async with self.db.conn() as conn:
-            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
             try:
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '200ms'")
                     # As for prune_batch: no event goes while a backfill is open.
                     if not await conn.fetchval(self.q["prune_backfill_guard"], self.db.channel):
                         return ChunkPass(busy=1)
-                    await conn.execute(self.q["lock_event_log"])  # the parent first, as a claim
-                    chunk = await conn.fetchrow(self.q["lock_chunk"], name)
-                    if chunk is None:  # no longer a closed chunk
-                        return ChunkPass()
-                    rows = await survivors(conn, chunk["closed_at"])
-                    if len(rows) > max_survivors:
+                    ids = [r["id"] for r in await survivors(conn)]
+                    if _pinned(len(ids), max_survivors, size):
                         return ChunkPass(pinned=1)
                     if dry_run:
-                        return ChunkPass(events=size - len(rows), chunks=1)
-                    kept = await conn.fetchval(self.q["drop_chunk"], name, [r["id"] for r in rows])
-                    return ChunkPass(events=size - kept, chunks=1)
+                        moved = len(ids) <= _MOVE_LIMIT  # else compacted
+                        return ChunkPass(events=size - len(ids), chunks=int(moved), compacted=int(not moved))
+                    return await self._drop_locked(conn, name, lo, hi, size, ids)
             except _BUSY:  # a lock not granted within lock_timeout: next pass
                 return ChunkPass(busy=1)
+            except _Gone:
+                return ChunkPass()
+
+    async def _drop_locked(
+        self, conn: Any, name: str, lo: int, hi: int, size: int, ids: list[int]
+    ) -> ChunkPass:
+        """The drop's end, in its transaction: the survivors ``ids`` copied, then, under the
+        log's lock, the chunk dropped and the copy put back in events_kept (a few survivors)
+        or the chunk swapped for the copy (more: ``compact_event_chunk``)."""
+        compact = len(ids) > _MOVE_LIMIT
+        if compact:
+            await conn.fetchval(self.q["compact_chunk"], name, ids)
+        else:
+            copy = await conn.fetchval(self.q["chunk_keep"], lo, hi, ids)
+            kept = [tuple(e) for e in copy or ()]  # a row type's array takes tuples
+        await self._lock_log(conn)
+        if await conn.fetchrow(self.q["lock_chunk"], name) is None:  # no longer a closed chunk
+            raise _Gone  # (and the transaction, with its copy, rolls back)
+        if compact:
+            await conn.execute(self.q["swap_chunk"], name)
+            return ChunkPass(events=size - len(ids), compacted=1)
+        await conn.fetchval(self.q["drop_chunk"], name)
+        await conn.execute(self.q["chunk_kept_back"], kept)
+        return ChunkPass(events=size - len(kept), chunks=1)
+
+    async def _survivors(
+        self,
+        lo: int,
+        hi: int,
+        closed_at: Any,
+        dedup_seconds: float,
+        dry_run: bool,
+        completed_seconds: float,
+        dead_seconds: float | None,
+        overrides: Sequence[Override],
+        max_survivors: int,
+        conn: Any,
+    ) -> list[Any]:
+        """The events of a closed chunk that must outlive it (at most ``max_survivors`` + 1).
+
+        Read in the drop's transaction before the log's lock, they are still
+        every survivor when the lock is granted: the chunk gets no new event
+        (``fence_event_log`` ran before), and a delivery is inserted for an
+        existing event only by a backfill, which the transaction holds off
+        (``prune_backfill_guard``), or by the append-only ring moving one of
+        its unsettled deliveries to ``deliveries``, whose event was read as a
+        survivor already. Whatever changed meanwhile can only take a survivor
+        away (a delivery settled or deleted, a key's window over): its event
+        is kept longer, in ``events_kept`` where the walk finds it, or in the
+        compacted chunk until its next pass.
+        """
+        return list(
+            await conn.fetch(
+                self.q["chunk_survivors"], lo, hi, closed_at, dedup_seconds, dry_run, completed_seconds,
+                dead_seconds, [o[0] for o in overrides], [o[1] for o in overrides],
+                [o[2] for o in overrides], max_survivors + 1,
+            )
+        )  # fmt: skip
+
+    async def _lock_log(self, conn: Any) -> None:
+        """Take the log's parent (``lock_event_log``), waiting at most :data:`_LOG_LOCK_WAIT`
+        each try: claims and publishes queue behind a waiting request, so it gives up
+        soon and tries again after they went through. The last try's error propagates
+        (the transaction rolls back, a compaction's copy with it)."""
+        for attempt in range(_LOG_LOCK_TRIES):
+            try:
+                async with conn.transaction():  # a savepoint: a timed-out try leaves the rest
+                    await conn.execute(_LOG_LOCK_WAIT)
+                    await conn.execute(self.q["lock_event_log"])
+                    return
+            except _BUSY:
+                if attempt == _LOG_LOCK_TRIES - 1:
+                    raise
+                await anyio.sleep(0.02 * (attempt + 1))
 
     async def _forget_keys(self, lo: int, hi: int, dedup_seconds: float, batch: int) -> None:
         """Delete the keys of a closed chunk's events that will go with it, a batch per transaction."""

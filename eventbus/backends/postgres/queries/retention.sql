@@ -117,14 +117,28 @@ SELECT name, lo, hi, closed_at FROM {schema}.event_chunks
 WHERE closed_at < now() - $1::float8 * interval '1 second'
 ORDER BY lo;
 
+-- name: fence_event_log
+-- Wait, in a transaction of its own, for every publish in flight to end,
+-- before a closed chunk's keys are walked and its survivors read: a publish draws its event's id
+-- in the statement that inserts it, which holds the log's parent (ROW
+-- EXCLUSIVE) from before the id is drawn to its commit, so once this is
+-- granted no event can still arrive in a chunk that closed before. SHARE
+-- conflicts with writers only: claims and other readers (ACCESS SHARE) are
+-- neither waited for nor held up; publishes queue behind it while it waits
+-- (at most its lock_timeout), not after it is granted (the transaction ends).
+LOCK TABLE ONLY {schema}.events IN SHARE MODE;
+
 -- name: lock_event_log
--- The event log's parent, before a chunk's drop locks the chunk: every
+-- The event log's parent, for a chunk's drop, after its survivors are read
+-- and copied (chunk_keep, compact_chunk) and before the chunk is locked: every
 -- statement that reads the log (a claim's join) locks the parent first and
 -- then each chunk, and the drop's DROP TABLE needs the parent too. Taken in
 -- the other order, a claim holding the parent and waiting for the chunk and
 -- the drop holding the chunk and waiting for the parent wait for each other
 -- until the drop's lock_timeout ends it (the drop then never gets through a
--- steady load).
+-- steady load). Every claim and publish waits while this is held or queued:
+-- only the DROP and the survivors' re-insert (at most a thousand), or a
+-- compacted chunk's swap (swap_event_chunk), run under it.
 LOCK TABLE ONLY {schema}.events IN ACCESS EXCLUSIVE MODE;
 
 -- name: lock_chunk
@@ -191,10 +205,34 @@ WITH batch AS (
 )
 SELECT max(id) FROM batch;
 
+-- name: chunk_keep
+-- The rows of the survivors $3 of the chunk [$1, $2) (read by
+-- chunk_survivors in this transaction), read before the log's lock: events
+-- are never updated, and none arrives in the chunk any more
+-- (fence_event_log), so these are the rows the drop must keep. A range read
+-- of the chunk's primary key; NULL for none.
+SELECT array_agg(e ORDER BY e.id) FROM {schema}.events e
+WHERE e.id >= $1 AND e.id < $2 AND e.id = ANY($3::bigint[]);
+
 -- name: drop_chunk
--- Drop the locked chunk $1, keeping the events $2 (see drop_event_chunk);
--- the number of events kept.
-SELECT {schema}.drop_event_chunk($1, $2::bigint[]);
+-- Drop the locked chunk $1 and keep nothing of it (see drop_event_chunk):
+-- its survivors come back from their copy (chunk_kept_back) in the same
+-- transaction, so no reader ever misses one.
+SELECT {schema}.drop_event_chunk($1, ARRAY[]::bigint[]);
+
+-- name: chunk_kept_back
+-- The survivors' rows $1 read by chunk_keep, back into the log (events_kept,
+-- the default partition, now that their chunk is gone) under their own ids.
+INSERT INTO {schema}.events SELECT (k).* FROM unnest($1::{schema}.events[]) AS k;
+
+-- name: compact_chunk
+-- Copy the survivors $2 of the closed chunk $1 into the table that will take
+-- its place (see compact_event_chunk), before the log's lock; the number copied.
+SELECT {schema}.compact_event_chunk($1, $2::bigint[]);
+
+-- name: swap_chunk
+-- The locked chunk $1 goes, its compacted copy takes its place (see swap_event_chunk).
+SELECT {schema}.swap_event_chunk($1);
 
 -- name: prune_record
 INSERT INTO {schema}.maintenance (name, ran_at, report) VALUES ('prune', now(), $1::jsonb)

@@ -1,0 +1,4 @@
+-- Nothing to do on SQLite (the same migration name as PostgreSQL's, where a
+-- closed chunk of the event log that many events must outlive is compacted in
+-- place instead of dropped). SQLite keeps one events table, whose retention
+-- deletes events row by row.
