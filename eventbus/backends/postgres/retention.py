@@ -226,9 +226,12 @@ class PgRetention:
         async with self.db.conn() as conn:
             # A chunk that is pinned now waits for a later pass (keeping it is always safe),
             # told before the key walk, without the transaction's locks.
-            if _pinned(count := len(await survivors(conn)), max_survivors, size=None):
-                return ChunkPass(pinned=1)
-            size = await conn.fetchval(self.q["chunk_size"], lo, hi)
+            # The chunk's size (a count of all its events) only decides for a chunk with more
+            # survivors than a drop moves (see ``_pinned``).
+            count = len(await survivors(conn))
+            size = None
+            if max_survivors >= count > _MOVE_LIMIT:
+                size = await conn.fetchval(self.q["chunk_size"], lo, hi)
             if _pinned(count, max_survivors, size):
                 return ChunkPass(pinned=1)
             try:  # no event arrives in the chunk from here (before its keys are walked)
