@@ -5,6 +5,16 @@
 -- plan_cache_mode = force_custom_plan), so PostgreSQL prunes the other slots
 -- at plan time and never locks them: a slot being emptied by TRUNCATE is not
 -- in any worker's window, and no claim waits for it.
+--
+-- "No claim row took this ready row" is always a probe of ring_claims by its
+-- primary key, one per ready row read: the `OFFSET 0` in each such NOT EXISTS
+-- keeps PostgreSQL from planning it as a join. A slot's partitions fill and
+-- empty in seconds, so their statistics are often wrong; an ANALYZE that ran
+-- while every claim row it sampled was still uncommitted records pages but
+-- no rows, and the slot's claims are then estimated at one row however many
+-- it holds. Planned as a join on that estimate, the claim materialized every
+-- claim row of the slot and compared each ready row with all of them (50 ms
+-- per claim of 100 at 20,000 claimed, against about 1 ms).
 
 -- name: _ring_open
 -- A ring claim (c) not settled yet: no outcome row under its key.
@@ -50,7 +60,7 @@ WITH picked AS (
     WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2 AND r.delivery_id > $3
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
                       WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
-                        AND c.delivery_id = r.delivery_id)
+                        AND c.delivery_id = r.delivery_id OFFSET 0)
       AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $2 AND state = 'active')
     ORDER BY r.delivery_id
     LIMIT $4
@@ -92,7 +102,7 @@ WITH claimed AS (
                 WHERE r.slot = ANY($7::smallint[]) AND r.subscription_id = $1 AND r.delivery_id > $8
                   AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
                                   WHERE c.slot = ANY($7::smallint[]) AND c.slot = r.slot
-                                    AND c.delivery_id = r.delivery_id)
+                                    AND c.delivery_id = r.delivery_id OFFSET 0)
                 ORDER BY r.delivery_id LIMIT 1), 'infinity')
           AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $1 AND state = 'active')
         ORDER BY {schema}.claim_place(run_at, priority_wait), run_at, id
@@ -115,7 +125,7 @@ SELECT EXISTS (
     WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
                       WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
-                        AND c.delivery_id = r.delivery_id))
+                        AND c.delivery_id = r.delivery_id OFFSET 0))
    AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $2 AND state = 'active');
 
 -- name: ring_complete
@@ -194,7 +204,7 @@ WITH moved AS (
     JOIN {schema}.events e ON e.id = r.event_id
     WHERE r.slot = $1
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
-                      WHERE c.slot = $1 AND c.delivery_id = r.delivery_id)
+                      WHERE c.slot = $1 AND c.delivery_id = r.delivery_id OFFSET 0)
     ORDER BY r.delivery_id
     RETURNING subscription_id
 ), notified AS (
@@ -220,7 +230,7 @@ WITH picked AS (
       AND ($3::bigint[] IS NULL OR r.delivery_id = ANY($3::bigint[]))
       AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
                       WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
-                        AND c.delivery_id = r.delivery_id)
+                        AND c.delivery_id = r.delivery_id OFFSET 0)
     FOR UPDATE OF r SKIP LOCKED
 ), taken AS (
     INSERT INTO {schema}.ring_claims (slot, delivery_id, subscription_id, event_id, lease_token,
