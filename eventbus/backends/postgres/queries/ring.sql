@@ -73,11 +73,11 @@ WITH picked AS (
     ON CONFLICT DO NOTHING
     RETURNING slot, delivery_id, event_id, enqueued_at
 )
-SELECT w.delivery_id, w.event_id, 1 AS attempts, e.event_type, e.payload, e.headers::text, e.key,
-       e.correlation_id, NULL::text AS ordering_key, e.created_at, w.enqueued_at, e.causation_id,
-       e.version, e.priority, w.slot
-FROM won w JOIN {schema}.events e ON e.id = w.event_id
-ORDER BY w.delivery_id;
+SELECT c.delivery_id, c.event_id, 1 AS attempts, e.event_type, e.payload, e.headers::text, e.key,
+       e.correlation_id, NULL::text AS ordering_key, e.created_at, c.enqueued_at, e.causation_id,
+       e.version, e.priority, c.slot
+FROM won c CROSS JOIN LATERAL {_event_of_claim} AS e
+ORDER BY c.delivery_id;
 
 -- name: ring_claim_queue
 -- The claim from deliveries beside the ring (retries, spilled backlogs,
@@ -114,7 +114,7 @@ WITH claimed AS (
 SELECT c.id, c.event_id, c.attempts, e.event_type, e.payload, e.headers::text, e.key,
        e.correlation_id, c.ordering_key, e.created_at, c.run_at, e.causation_id,
        e.version, e.priority, c.place
-FROM claimed c JOIN {schema}.events e ON e.id = c.event_id
+FROM claimed c CROSS JOIN LATERAL {_event_of_claim} AS e
 ORDER BY c.place, c.run_at, c.id;
 
 -- name: ring_waiting
