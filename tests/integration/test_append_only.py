@@ -536,7 +536,8 @@ async def test_outcome_rows_are_looked_up_by_key_whatever_the_days_statistics(
     Planned on that, the statements that ask whether a claim has an outcome compared each claim
     or ready row with every outcome row of the day: a renewal's check of 100 claims, 101 million
     comparisons (43 s) at a million outcomes; a retention pass over a chunk, 10 s; a status
-    listing hashed the whole day to show 100 rows. Each looks its outcome row up by key."""
+    listing, or a read through the view delivery_rows (one event's deliveries, whether a schedule's
+    firing is done), hashed the whole day for a few rows. Each looks its outcome row up by key."""
     _subscribe(ring_bus)
     ids = await ring_bus.register()
     await ring_bus.publish_many([OrderPlaced(order_id=f"o-{i}") for i in range(2100)])
@@ -569,13 +570,15 @@ async def test_outcome_rows_are_looked_up_by_key_whatever_the_days_statistics(
             "ring_held": await explain("ring_held", [0], open_, held),  # a renewal's check
             "chunk_survivors": await explain("chunk_survivors", *survivors),  # a retention pass
             "status_recent": await explain("status_recent", 100),  # the newest deliveries
+            "event_deliveries": await explain("event_deliveries", claimed[0][1]),  # through delivery_rows
         }
         assert {r[0] for r in await other.fetch(q["ring_held"], [0], open_, held)} == set(open_)
     finally:
         await holder.close()
         await other.close()
     # At most one probe of the outcome log per claim looked at (100 open; 2,100 claimed ready rows;
-    # the 100 newest ring rows and the 100 newest outcomes).
+    # the 100 newest ring rows; the one delivery of an event).
     assert {n: rows_compared(p) for n, p in plans.items()} == dict.fromkeys(plans, 0)
     read = {n: _looked_up(p, "delivery_log") for n, p in plans.items()}
     assert read["ring_held"] <= 100 and read["chunk_survivors"] <= 2100 and read["status_recent"] <= 100, read
+    assert read["event_deliveries"] <= 1, read
