@@ -34,6 +34,18 @@ def rows_read(plan: dict, table: str) -> int:
     )
 
 
+def rows_compared(plan: dict) -> int:
+    """Rows the joins of a plan compared and rejected, times their loops (EXPLAIN ANALYZE JSON): a
+    nested loop whose inner side is a scan or a materialized set rather than a probe by key
+    compares each outer row with all of it."""
+    found, stack = 0, [plan["Plan"]]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("Plans", []))
+        found += node["Actual Loops"] * node.get("Rows Removed by Join Filter", 0)
+    return found
+
+
 def partitions_read(plan: dict, table: str) -> set[str]:
     """The partitions of ``table`` a plan ran a scan of at least once (EXPLAIN ANALYZE JSON)."""
     return {node["Relation Name"] for node in scans(plan, table) if node.get("Actual Loops")}

@@ -12,6 +12,10 @@
 -- name: _ring_rows_ready
 -- The ring's deliveries as delivery_rows shows them (its second branch): a
 -- ready row no claim took is pending; a claim without an outcome, processing.
+-- Its outcome row is looked up by key (`OFFSET 0`, as _ring_open in ring.sql):
+-- on a day analyzed while its rows were uncommitted, the lookup was planned as
+-- a hash of every outcome row of the day (a million read to list the newest
+-- 100 deliveries: 0.9 s, against 17 ms).
 SELECT r.delivery_id AS id, r.event_id, r.subscription_id,
        CASE WHEN c.delivery_id IS NULL THEN 'pending' ELSE 'processing' END AS status,
        CASE WHEN c.delivery_id IS NULL THEN 0 ELSE 1 END AS attempts, r.enqueued_at AS run_at,
@@ -23,7 +27,7 @@ LEFT JOIN {schema}.ring_claims c ON c.slot = r.slot AND c.delivery_id = r.delive
 WHERE c.delivery_id IS NULL
    OR NOT EXISTS (SELECT 1 FROM {schema}.delivery_log l
                   WHERE l.claimed_on = (c.claimed_at AT TIME ZONE 'UTC')::date
-                    AND l.delivery_id = c.delivery_id)
+                    AND l.delivery_id = c.delivery_id OFFSET 0)
 
 -- name: _ring_rows_log
 -- The completed outcomes as delivery_rows shows them (its third branch). One

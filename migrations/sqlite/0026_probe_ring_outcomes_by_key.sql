@@ -1,0 +1,3 @@
+-- Nothing to do on SQLite (the same migration name as PostgreSQL's, where the
+-- view of every delivery looks a ring claim's outcome up by key). SQLite has
+-- no append-only ring; the file keeps the numbering of both backends.
