@@ -17,7 +17,7 @@ import anyio
 import asyncpg
 import pytest
 
-from eventbus import Bus, ConfigurationError, Context, Retention
+from eventbus import BackendError, Bus, ConfigurationError, Context, Retention
 from eventbus.backends.postgres import PostgresBackend, ring
 
 from ..conftest import Target
@@ -180,6 +180,46 @@ async def test_a_late_completion_after_the_lease_was_taken_back_is_refused(ring_
 
     assert await store.complete([Completion(stale.id, stale.lease_token)]) == set()
     assert await store.complete([Completion(fresh.id, fresh.lease_token)]) == {(fresh.id, fresh.lease_token)}
+    assert await counts(ring_bus) == {("h", "completed"): 1}
+
+
+async def test_a_completion_after_a_refused_batch_follows_a_claim_moved_while_it_looks(
+    pg_target: Target, ring_bus: Bus
+) -> None:
+    """A batch the database refused rolled back, and its ring claims are completed again, one
+    by one: each is looked for in ``deliveries``, then in the ring. A claim moved out of the
+    ring between the two (a prune, an operator's action) is completed where it went, not
+    refused as stale while its holder still holds its lease."""
+    _subscribe(ring_bus)
+    ids = await ring_bus.register()
+    await ring_bus.publish(OrderPlaced(order_id="o-1"))
+    backend, store = ring_bus.backend, ring_bus.backend.deliveries
+    assert isinstance(backend, PostgresBackend)
+    (held,) = await store.claim(ids["h"], 1, 60.0, WORKER)
+    from eventbus.backends.ports import Completion, OutgoingEvent
+
+    unstorable = OutgoingEvent("test.order_placed", b"{}", key=uuid.uuid4())  # type: ignore[arg-type]
+    with pytest.raises(BackendError):
+        await store.complete([Completion(held.id, held.lease_token, follow_ups=[unstorable])])
+    mover = await asyncpg.connect(pg_target.dsn)
+    try:
+        move = mover.transaction()
+        await move.start()
+        await ring.to_queue(mover, backend.db, [held.id])  # as an operator's action by id does
+
+        async def commit_once_the_completion_waits() -> None:  # on the move's outcome row
+            waiting = "SELECT count(*) AS n FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))"
+            while not (await _sql(pg_target, waiting, mover.get_server_pid()))[0]["n"]:
+                await anyio.sleep(0.01)
+            await move.commit()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(commit_once_the_completion_waits)
+            with anyio.fail_after(10):
+                done = await store.complete([Completion(held.id, held.lease_token)])
+    finally:
+        await mover.close()
+    assert done == {(held.id, held.lease_token)}
     assert await counts(ring_bus) == {("h", "completed"): 1}
 
 

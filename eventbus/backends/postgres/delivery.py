@@ -308,7 +308,13 @@ class PgDeliveries:
             done.update(r[0] for r in await conn.fetch(self.q["complete"], ids, token))
             rest = [i for i in ids if i not in done]
             if rest:  # claimed in the ring by another process (a pull consumer's ids)
-                done.update(await self.ring.complete_anywhere(conn, rest, token))
+                found = await self.ring.complete_anywhere(conn, rest, token)
+                done.update(found)
+                # Not in the ring either: moved into deliveries after the update above read it
+                # (a prune, an operator's action; the move commits both at once), or stale.
+                moved = [i for i in rest if i not in found]
+                if moved:
+                    done.update(r[0] for r in await conn.fetch(self.q["complete"], moved, token))
         return {(i, token) for i in done}
 
     async def complete_on(self, conn: Any, completions: Sequence[Completion]) -> set[LeaseKey]:

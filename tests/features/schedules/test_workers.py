@@ -109,12 +109,13 @@ async def test_two_workers_fire_an_every_second_schedule_once_per_second(
 async def test_sigkill_mid_tick_never_loses_or_doubles_an_occurrence(
     target: Target, procs: ProcessGroup
 ) -> None:
-    """100 every-second schedules; a worker is SIGKILLed 12 times just after a second starts, and restarted.
+    """100 every-second schedules; a serving worker is SIGKILLed 12 times as a second starts, and restarted.
 
     Every occurrence falls due on a whole second, so each kill lands in the
     first tens of milliseconds of a tick (this machine's clock is the
     database's), where the transaction has claimed, published and recorded
-    only part of its batch.
+    only part of its batch. Each kill waits until both workers serve: a kill
+    of a worker still starting (slow on a loaded machine) would hit no tick.
     """
     bus = await _migrated(target)
     env = {"SCHEDULE_COUNT": "100"}
@@ -122,6 +123,7 @@ async def test_sigkill_mid_tick_never_loses_or_doubles_an_occurrence(
     try:
         workers = [_worker(procs, target, f"w{i}", **env) for i in range(2)]
         for kill in range(12):
+            await _serving(bus, workers)
             await asyncio.sleep(_to_next_second() + rng.uniform(0.002, 0.04))
             victim = rng.randrange(len(workers))
             workers[victim].kill()
