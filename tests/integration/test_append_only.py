@@ -471,11 +471,8 @@ async def test_a_claim_probes_the_claims_by_key_whatever_their_statistics(
             taken = await holder.fetch(claim, [0], ids["h"], 0, 2000, uuid.uuid4(), uuid.uuid4(), 60.0)
             await other.execute(f"SELECT {s}.ring_analyze_slot(0::smallint)")  # what a rotation runs
         assert len(taken) == 2000
-        stats = await other.fetchrow(
-            "SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass", f"{s}.ring_claims_0"
-        )
-        # The statistics of an empty slot, with 2,000 claims in it.
-        assert stats is not None and stats["relpages"] > 0 and stats["reltuples"] == 0
+        pages, tuples = await _ring_stats(other, f"{s}.ring_claims_0")
+        assert pages > 0 and tuples == 0  # the statistics of an empty slot, with 2,000 claims in it
         args = ([0], ids["h"], 0, 100, uuid.uuid4(), uuid.uuid4(), 60.0)
         (plan,) = json.loads(await other.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + claim, *args))
     finally:

@@ -15,15 +15,19 @@ def is_part_of(name: str | None, table: str) -> bool:
     )
 
 
-def scans(plan: dict, table: str) -> list[dict]:
-    """The scan nodes of ``table`` (or of its partitions) in a plan (EXPLAIN JSON)."""
+def nodes(plan: dict) -> list[dict]:
+    """Every node of a plan (EXPLAIN JSON)."""
     found, stack = [], [plan["Plan"]]
     while stack:
         node = stack.pop()
         stack.extend(node.get("Plans", []))
-        if is_part_of(node.get("Relation Name"), table):
-            found.append(node)
+        found.append(node)
     return found
+
+
+def scans(plan: dict, table: str) -> list[dict]:
+    """The scan nodes of ``table`` (or of its partitions) in a plan (EXPLAIN JSON)."""
+    return [node for node in nodes(plan) if is_part_of(node.get("Relation Name"), table)]
 
 
 def rows_read(plan: dict, table: str) -> int:
@@ -38,12 +42,7 @@ def rows_compared(plan: dict) -> int:
     """Rows the joins of a plan compared and rejected, times their loops (EXPLAIN ANALYZE JSON): a
     nested loop whose inner side is a scan or a materialized set rather than a probe by key
     compares each outer row with all of it."""
-    found, stack = 0, [plan["Plan"]]
-    while stack:
-        node = stack.pop()
-        stack.extend(node.get("Plans", []))
-        found += node["Actual Loops"] * node.get("Rows Removed by Join Filter", 0)
-    return found
+    return sum(node["Actual Loops"] * node.get("Rows Removed by Join Filter", 0) for node in nodes(plan))
 
 
 def partitions_read(plan: dict, table: str) -> set[str]:

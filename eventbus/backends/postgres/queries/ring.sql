@@ -39,6 +39,14 @@ NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
              AND l.claimed_on = (c.claimed_at AT TIME ZONE 'UTC')::date
             WHERE c.slot = r.slot AND c.delivery_id = r.delivery_id OFFSET 0)
 
+-- name: _ring_unclaimed
+-- A ready row (r) of the slots $1 that no claim row took: a probe of
+-- ring_claims by its primary key, one per ready row (`OFFSET 0`, see above).
+-- ring_claim_queue (slots $7) and ring_spill (one slot) write it out.
+NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
+            WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
+              AND c.delivery_id = r.delivery_id OFFSET 0)
+
 -- name: ring_window
 -- The ring's live generations (at most the ring's size, the newest first): a
 -- slot is open from its 'open' row to its 'pruned' row; workers claim from
@@ -66,9 +74,7 @@ WITH picked AS (
     SELECT r.slot, r.delivery_id, r.event_id, r.enqueued_at
     FROM {schema}.ring_ready r
     WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2 AND r.delivery_id > $3
-      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
-                      WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
-                        AND c.delivery_id = r.delivery_id OFFSET 0)
+      AND {_ring_unclaimed}
       AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $2 AND state = 'active')
     ORDER BY r.delivery_id
     LIMIT $4
@@ -131,9 +137,7 @@ ORDER BY c.place, c.run_at, c.id;
 SELECT EXISTS (
     SELECT 1 FROM {schema}.ring_ready r
     WHERE r.slot = ANY($1::smallint[]) AND r.subscription_id = $2
-      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
-                      WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
-                        AND c.delivery_id = r.delivery_id OFFSET 0))
+      AND {_ring_unclaimed})
    AND EXISTS (SELECT 1 FROM {schema}.subscriptions WHERE id = $2 AND state = 'active');
 
 -- name: ring_complete
@@ -249,9 +253,7 @@ WITH picked AS (
     WHERE r.slot = ANY($1::smallint[])
       AND ($2::int IS NULL OR r.subscription_id = $2::int)
       AND ($3::bigint[] IS NULL OR r.delivery_id = ANY($3::bigint[]))
-      AND NOT EXISTS (SELECT 1 FROM {schema}.ring_claims c
-                      WHERE c.slot = ANY($1::smallint[]) AND c.slot = r.slot
-                        AND c.delivery_id = r.delivery_id OFFSET 0)
+      AND {_ring_unclaimed}
     FOR UPDATE OF r SKIP LOCKED
 ), taken AS (
     INSERT INTO {schema}.ring_claims (slot, delivery_id, subscription_id, event_id, lease_token,
